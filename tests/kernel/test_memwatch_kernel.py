@@ -1,0 +1,211 @@
+"""%%memwatch in a real ipykernel, driven over ZMQ the way JupyterLab drives it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import Execution, Kernel
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+LEAK_FREE_TRAINING = """\
+%%memwatch --interval 20
+from torch.utils.data import DataLoader, TensorDataset
+import time
+loader = DataLoader(TensorDataset(torch.randn(40, 8), torch.randn(40, 1)), batch_size=8)  # 5 batches
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.Adam(model.parameters())
+for epoch in range(3):
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        time.sleep(0.1)
+print("loop done")
+"finished"
+"""
+
+STATE = "[__import__('threading').active_count(), torchmem_magic.hooks.installed_hook_count()]"
+
+
+def _figure_updates(execution: Execution) -> list[int]:
+    """Indices of comm_msg updates that carry new curve data."""
+    return [
+        i for i, m in enumerate(execution.iopub)
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["data"].get("method") == "update"
+        and "y" in m["content"]["data"].get("state", {})
+    ]
+
+
+def _index_of_stdout(execution: Execution, text: str) -> int:
+    return next(
+        i for i, m in enumerate(execution.iopub)
+        if m["msg_type"] == "stream" and text in m["content"].get("text", "")
+    )
+
+
+def _traceback(execution: Execution) -> str:
+    assert execution.error is not None
+    return ANSI.sub("", "\n".join(execution.error["traceback"]))
+
+
+def test_counts_steps_and_epochs_exactly_and_streams_live(kernel: Kernel) -> None:
+    execution = kernel.ok(LEAK_FREE_TRAINING)
+    report = kernel.value("torchmem_magic.last_report().to_dict()")
+    assert report["steps"] == 15 and report["epochs"] == 3
+    assert report["samples"] > 0 and report["status"] == "ok"
+    updates = _figure_updates(execution)
+    loop_done = _index_of_stdout(execution, "loop done")
+    live = [i for i in updates if i < loop_done]
+    assert len(live) >= 2, "the figure must update while the loop still runs"
+    assert all(i < execution.reply_index for i in updates)
+    # bounded payload: every curve update is at most 2,000 points per series
+    for i in updates:
+        shape = execution.iopub[i]["content"]["data"]["state"]["y"]["shape"]
+        assert shape[-1] <= 2000
+    # the cell's last expression is displayed as usual, after the report
+    assert execution.results() and execution.results()[-1]["text/plain"] == "'finished'"
+    html = [m for m in execution.of_type("display_data") if "text/html" in m["content"]["data"]]
+    assert html and "memwatch: ok" in html[-1]["content"]["data"]["text/html"]
+
+
+def test_exception_fails_the_cell_reports_and_cleans_up(kernel: Kernel) -> None:
+    before = kernel.value(STATE)
+    execution = kernel.execute(
+        "%%memwatch --interval 10\n"
+        "model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(5):\n"
+        "    opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+        "raise ValueError('boom at the end')\n"
+    )
+    assert execution.status == "error"
+    assert execution.error["ename"] == "ValueError"
+    tb = _traceback(execution)
+    assert re.search(r"Cell In\[\d+\], line 5", tb) and "raise ValueError('boom at the end')" in tb
+    report = kernel.value("torchmem_magic.last_report().to_dict()")
+    assert report["status"] == "error" and report["steps"] == 5 and "boom at the end" in report["error"]
+    assert kernel.value(STATE) == [before[0], 0]
+
+
+def test_keyboard_interrupt_stops_the_cell_reports_and_cleans_up(kernel: Kernel) -> None:
+    before = kernel.value(STATE)
+    execution = kernel.execute(
+        "%%memwatch --interval 10\n"
+        "import time\n"
+        "model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "while True:\n"
+        "    opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+        "    time.sleep(0.01)\n",
+        interrupt_after_s=3.0,
+    )
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    assert re.search(r"Cell In\[\d+\], line [456]", _traceback(execution))
+    report = kernel.value("torchmem_magic.last_report().to_dict()")
+    assert report["status"] == "interrupted" and report["steps"] > 10
+    text = [m for m in execution.of_type("display_data") if "memwatch: interrupted" in m["content"]["data"].get("text/plain", "")]
+    assert text, "the report renders before the interrupt propagates"
+    assert kernel.value(STATE) == [before[0], 0]
+
+
+def test_dataloader_workers_appear_in_the_report(kernel: Kernel) -> None:
+    kernel.ok(
+        "%%memwatch -q --interval 20\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.randn(256, 8)), batch_size=16, num_workers=2)\n"
+        "model = torch.nn.Linear(8, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for (x,) in loader:\n"
+        "        opt.zero_grad(); model(x).sum().backward(); opt.step()\n"
+    )
+    report = kernel.value("torchmem_magic.last_report().to_dict()")
+    assert report["steps"] == 32 and report["epochs"] == 2
+    assert report["workers"]["max"] == 2 and report["workers"]["peak"] > 0
+    assert report["ram"]["peak"] > report["workers"]["peak"]
+
+
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("--interval 0", "UsageError: %%memwatch: interval must be between 1 and 10000 ms"),
+        ("--bogus", "UsageError: %%memwatch: unrecognized arguments: --bogus"),
+        ("--interval fast", "UsageError: %%memwatch: argument --interval: invalid float value"),
+        ("--device tpu", "UsageError: %%memwatch: --device takes 'cuda', 'cuda:N' or 'N'"),
+    ],
+)
+def test_bad_flags_give_a_one_line_usage_error(kernel: Kernel, line: str, message: str) -> None:
+    kernel.ok("flag_probe = 'untouched'")
+    execution = kernel.execute(f"%%memwatch {line}\nflag_probe = 'ran'")
+    assert execution.status == "error"
+    lines = [l for l in execution.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), execution.stderr
+    assert "Traceback" not in execution.stderr and not execution.of_type("error")
+    assert kernel.value("flag_probe") == "untouched"  # the body did not run
+
+
+def test_no_strong_reference_to_user_tensors_after_the_cell(kernel: Kernel) -> None:
+    kernel.ok(
+        "%%memwatch -q --interval 5\n"
+        "import weakref, gc\n"
+        "model = torch.nn.Linear(64, 64); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(10):\n"
+        "    opt.zero_grad(); loss = model(torch.randn(32, 64)).sum(); loss.backward(); opt.step()\n"
+        "big = torch.ones(4 << 20)\n"
+        "refs = [weakref.ref(o) for o in (loss, big, model, opt)]\n"
+    )
+    assert kernel.value("(gc.collect(), [r() is None for r in refs])[1]") == [False] * 4
+    assert kernel.value("(exec('del loss, big, model, opt'), gc.collect(), [r() is None for r in refs])[2]") == [True] * 4
+
+
+def test_synthetic_leak_of_1mb_per_step(kernel: Kernel) -> None:
+    kernel.ok(
+        "%%memwatch -q --interval 10\n"
+        "model = torch.nn.Linear(8, 8); opt = torch.optim.SGD(model.parameters(), lr=0.1); kept = []\n"
+        "for i in range(60):\n"
+        "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"
+        "    kept.append(torch.ones(1 << 18))  # 1 MiB a step\n"
+    )
+    heap_per_step = kernel.value("torchmem_magic.last_report().to_dict()['heap']['per_step']")
+    assert heap_per_step == pytest.approx(1 << 20, rel=0.2)
+    kernel.ok("del kept")
+
+
+def test_output_options(kernel: Kernel) -> None:
+    quiet = kernel.ok("%%memwatch -q\nx = 1")
+    assert not quiet.of_type("display_data") and not quiet.of_type("comm_open") and quiet.stdout == ""
+    text = kernel.ok("%%memwatch --no-plot\nx = 2")
+    assert text.stdout.startswith("memwatch: ok") and not text.of_type("comm_open")
+    returned = kernel.ok("%%memwatch -o -q\n41 + 1")
+    assert "memwatch: ok" in returned.results()[-1]["text/plain"]
+    assert "42" in returned.of_type("display_data")[-1]["content"]["data"]["text/plain"]
+    assert kernel.value("type(_).__name__") == "Report"
+
+
+def test_unload_removes_the_magic_and_reload_works(fresh_kernel: Kernel) -> None:
+    fresh_kernel.ok("%load_ext torchmem_magic")  # loading twice is harmless
+    fresh_kernel.ok("%unload_ext torchmem_magic")
+    gone = fresh_kernel.execute("%%memwatch\nx = 1")
+    assert gone.status == "error" and "memwatch" in (gone.stderr + str(gone.error))
+    fresh_kernel.ok("%load_ext torchmem_magic")
+    fresh_kernel.ok("%%memwatch -q\nx = 1")
+    assert fresh_kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+
+
+@pytest.mark.cuda
+def test_cuda_training_reports_vram(kernel: Kernel) -> None:
+    if not kernel.value("torch.cuda.is_available()"):
+        pytest.skip("no CUDA device")
+    kernel.ok(
+        "%%memwatch -q --interval 20\n"
+        "model = torch.nn.Linear(1024, 1024).cuda(); opt = torch.optim.Adam(model.parameters()); kept = []\n"
+        "for i in range(50):\n"
+        "    opt.zero_grad(); loss = model(torch.randn(256, 1024, device='cuda')).sum(); loss.backward(); opt.step()\n"
+        "    kept.append(torch.ones(1 << 18, device='cuda'))\n"
+    )
+    vram = kernel.value("torchmem_magic.last_report().to_dict()['vram']")
+    print("VRAM report:", vram)
+    assert vram["allocated_end"] > vram["allocated_start"]
+    assert vram["per_step"] == pytest.approx(1 << 20, rel=0.2)
+    assert vram["reserved_end"] >= vram["allocated_end"] and vram["limit"] > 0

@@ -1,0 +1,49 @@
+"""The teaching notebooks run top to bottom in a real kernel and teach what they say."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def _text(cell: dict) -> str:
+    out = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            out.append(output["text"])
+        elif "data" in output:
+            out.append(output["data"].get("text/plain", ""))
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def quickstart() -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOKS / "01_memwatch_quickstart.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    return nb
+
+
+def test_quickstart_runs_and_shows_live_figures(quickstart: nbformat.NotebookNode) -> None:
+    memwatch_cells = [c for c in quickstart.cells if c.cell_type == "code" and c.source.startswith("%%memwatch")]
+    assert len(memwatch_cells) == 2
+    for cell in memwatch_cells:
+        kinds = [o.get("data", {}).keys() for o in cell.outputs]
+        assert any("application/vnd.jupyter.widget-view+json" in k for k in kinds), "live figure displayed"
+        assert any("text/html" in k for k in kinds), "report displayed"
+
+
+def test_quickstart_shows_the_leak_against_the_clean_loop(quickstart: nbformat.NotebookNode) -> None:
+    comparison = next(c for c in quickstart.cells if c.cell_type == "code" and "heap growth per step" in c.source)
+    text = _text(comparison)
+    clean_kib = float(text.split("clean ")[1].split(" KiB")[0])
+    leaky_kib = float(text.split("leaky ")[1].split(" KiB")[0])
+    assert leaky_kib > 20 * max(clean_kib, 1.0), text
+    script = quickstart.cells[-1]
+    assert "(32, 1)" in _text(script)  # 2048 / 64 steps, one epoch
+    json.dumps(quickstart)  # the executed notebook stays serialisable

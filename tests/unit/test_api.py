@@ -1,0 +1,39 @@
+"""The public surface and the import-time contract (no torch, no IPython, no work at import)."""
+
+import json
+import subprocess
+import sys
+
+import torchmem_magic
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(torchmem_magic.__all__) == [
+        "MemwatchSession",
+        "Report",
+        "last_report",
+        "load_ipython_extension",
+        "memwatch",
+        "unload_ipython_extension",
+    ]
+    for name in torchmem_magic.__all__:
+        assert hasattr(torchmem_magic, name)
+
+
+def test_import_loads_neither_torch_nor_ipython_nor_widgets() -> None:
+    code = (
+        "import sys, json, threading, torchmem_magic, torchmem_magic.analysis, torchmem_magic.model;"
+        "print(json.dumps([m for m in ('torch','IPython','ipywidgets','bqplot') if m in sys.modules]"
+        " + [threading.active_count()]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == [1]  # no heavy module imported, no thread started
+
+
+def test_core_layers_import_no_torch() -> None:
+    code = (
+        "import sys, torchmem_magic.timeline, torchmem_magic.analysis, torchmem_magic.model, "
+        "torchmem_magic.render.text; print('torch' in sys.modules, 'IPython' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -1,0 +1,78 @@
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from torchmem_magic.hooks import TrainingHooks, installed_hook_count
+
+
+def _train(optimizer_cls: type, steps: int, **kwargs: object) -> None:
+    model = torch.nn.Linear(4, 2)
+    optimizer = optimizer_cls(model.parameters(), **kwargs)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(torch.randn(3, 4)).sum().backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize(
+    "optimizer_cls,kwargs",
+    [(torch.optim.SGD, {"lr": 0.1}), (torch.optim.Adam, {}), (torch.optim.AdamW, {"foreach": False}), (torch.optim.RMSprop, {})],
+)
+def test_counts_every_optimizer_step(optimizer_cls: type, kwargs: dict) -> None:
+    steps: list[int] = []
+    with TrainingHooks(lambda: steps.append(1), lambda pids: None):
+        _train(optimizer_cls, 7, **kwargs)
+    _train(optimizer_cls, 3, **kwargs)  # after removal: not counted
+    assert len(steps) == 7
+    assert installed_hook_count() == 0
+
+
+def test_counts_epochs_and_restores_dataloader() -> None:
+    original = DataLoader.__iter__
+    loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4)
+    epochs: list[list[int]] = []
+    with TrainingHooks(lambda: None, epochs.append):
+        assert installed_hook_count() == 2
+        for _ in range(3):
+            assert sum(len(b[0]) for b in loader) == 10
+    assert len(epochs) == 3 and epochs[0] == []  # no workers
+    assert DataLoader.__iter__ is original and installed_hook_count() == 0
+
+
+def test_callback_errors_never_reach_the_loop() -> None:
+    def boom() -> None:
+        raise ValueError("bad probe")
+
+    hooks = TrainingHooks(boom, lambda pids: None)
+    with hooks:
+        _train(torch.optim.SGD, 2, lr=0.1)
+    assert hooks.callback_errors == 2 and "bad probe" in (hooks.last_callback_error or "")
+
+
+def test_removed_on_exception_and_idempotent() -> None:
+    hooks = TrainingHooks(lambda: None, lambda pids: None)
+    with pytest.raises(KeyboardInterrupt):
+        with hooks:
+            raise KeyboardInterrupt
+    hooks.remove()
+    assert installed_hook_count() == 0
+
+
+def test_someone_wrapping_our_wrapper_keeps_theirs_and_ours_goes_inert() -> None:
+    original = DataLoader.__iter__
+    epochs: list[list[int]] = []
+    hooks = TrainingHooks(lambda: None, epochs.append)
+    hooks.install()
+    ours = DataLoader.__iter__
+
+    def theirs(self):  # type: ignore[no-untyped-def]
+        return ours(self)
+
+    DataLoader.__iter__ = theirs
+    try:
+        hooks.remove()
+        assert DataLoader.__iter__ is theirs
+        list(DataLoader(TensorDataset(torch.arange(4.0))))
+        assert epochs == []  # inert
+    finally:
+        DataLoader.__iter__ = original

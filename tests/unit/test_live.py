@@ -1,0 +1,62 @@
+"""The live figure's widget state (what the comm messages carry), driven by a real session."""
+
+import time
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from torchmem_magic import MemwatchSession
+from torchmem_magic.render.live import MAX_POINTS, LiveFigure
+from torchmem_magic.timeline import COLUMNS, column_index
+
+
+def _run(figure: LiveFigure, epochs: int = 2) -> MemwatchSession:
+    loader = DataLoader(TensorDataset(torch.randn(16, 8)), batch_size=4)
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = MemwatchSession(10, listener=figure)
+    with session:
+        for _ in range(epochs):
+            for (x,) in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+                time.sleep(0.15)
+    return session
+
+
+def test_figure_updates_live_and_shows_measured_curves_only() -> None:
+    figure = LiveFigure()
+    session = _run(figure)
+    assert figure.updates >= 3  # 1.2 s of training at <= 4 updates/s, plus the final draw
+    labels = list(figure.lines.labels)
+    assert labels[:2] == ["RAM (process tree)", "RSS (kernel)"] and "heap in use" in labels
+    assert not any(label.startswith("VRAM") for label in labels)  # no CUDA: no fake zero curve
+    y = np.asarray(figure.lines.y)
+    assert y.shape == (len(labels), len(figure.lines.x)) and np.all(y[0] > 10)  # MiB
+    assert figure.status.value.startswith("<code>ok · step 8 ")
+    assert list(figure.epoch_lines.x[:, 0]) == [m.t_s for m in session.timeline.epochs]
+    assert figure.epoch_lines.visible
+
+
+def test_toggle_to_steps_redraws_against_optimizer_steps() -> None:
+    figure = LiveFigure()
+    _run(figure)
+    figure.x_toggle.value = "steps"
+    assert figure.x_axis.label == "optimizer step"
+    assert list(figure.lines.x) == [float(s) for s in range(1, 9)]
+    assert list(figure.epoch_lines.x[:, 0]) == [0.0, 4.0]
+
+
+def test_payload_stays_bounded_for_a_long_run() -> None:
+    figure = LiveFigure()
+    session = MemwatchSession(10)
+    row = [1e9] * len(COLUMNS)
+    for i in range(200_000):  # ~5.5 h at 100 ms
+        row[column_index("t_s")] = i * 0.1
+        session.timeline.by_time.append(row)
+    session.steps = 0
+    figure.x_toggle.value = "time"
+    figure._draw(session, final=False)
+    assert len(figure.lines.x) <= MAX_POINTS and np.asarray(figure.lines.y).shape[1] == len(figure.lines.x)

@@ -1,0 +1,161 @@
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+import torch
+
+from torchmem_magic.probes import (
+    AcceleratorProbe,
+    HeapProbe,
+    MemoryLimit,
+    ProcessTreeProbe,
+    RssReader,
+    ShmProbe,
+    memory_limit,
+    parse_device,
+    read_proportional_memory,
+    sharing_strategy,
+)
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc counters")
+
+
+def test_rss_reader_matches_psutil() -> None:
+    reader = RssReader(os.getpid())
+    ours, theirs = reader.rss_bytes(), psutil.Process().memory_info().rss
+    reader.close()
+    assert ours is not None and abs(ours - theirs) / theirs < 0.05
+
+
+def test_rss_reader_of_a_dead_process_is_none() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    reader = RssReader(child.pid)
+    child.wait()
+    assert reader.rss_bytes() is None
+    reader.close()
+
+
+@linux_only
+def test_proportional_memory_of_self() -> None:
+    reading = read_proportional_memory(os.getpid())
+    assert reading is not None
+    assert 0 < reading.uss_bytes <= reading.pss_bytes <= psutil.Process().memory_info().rss * 1.05
+
+
+def test_heap_probe_sees_a_tensor_come_and_go() -> None:
+    probe = HeapProbe()
+    if not probe.available:
+        pytest.skip(probe.unavailable_reason)
+    before = probe.read()
+    t = torch.empty(4 << 20, dtype=torch.uint8)
+    during = probe.read()
+    del t
+    after = probe.read()
+    assert during - before == pytest.approx(4 << 20, rel=0.02)
+    assert abs(after - before) < 64 << 10
+
+
+def test_shm_probe(tmp_path: Path) -> None:
+    reading = ShmProbe(str(tmp_path)).read()
+    assert reading is not None and 0 <= reading.used_bytes <= reading.total_bytes
+    assert ShmProbe(str(tmp_path / "missing")).read() is None
+    assert sharing_strategy() in torch.multiprocessing.get_all_sharing_strategies()
+
+
+def _fake_tree(tmp_path: Path, cgroup_line: str, files: dict[str, str]) -> tuple[str, str]:
+    proc, sys_root = tmp_path / "proc", tmp_path / "sys"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text(cgroup_line + "\n")
+    for rel, text in files.items():
+        path = sys_root / "fs" / "cgroup" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(proc), str(sys_root)
+
+
+def test_memory_limit_cgroup_v2_takes_tightest_ancestor(tmp_path: Path) -> None:
+    roots = _fake_tree(
+        tmp_path, "0::/kubepods/pod1/ctr",
+        {"kubepods/pod1/ctr/memory.max": "max", "kubepods/pod1/memory.max": str(2 << 30), "kubepods/memory.max": str(8 << 30)},
+    )
+    assert memory_limit(*roots) == MemoryLimit(2 << 30, "cgroup v2")
+
+
+def test_memory_limit_cgroup_v1_and_unlimited(tmp_path: Path) -> None:
+    roots = _fake_tree(tmp_path, "7:cpu,memory:/docker/abc", {"memory/docker/abc/memory.limit_in_bytes": str(1 << 30)})
+    assert memory_limit(*roots).limit_bytes == 1 << 30 and memory_limit(*roots).source == "cgroup v1"
+    roots = _fake_tree(tmp_path / "u", "7:memory:/", {"memory/memory.limit_in_bytes": str(2**63 - 4096)})
+    assert memory_limit(*roots).source == "system"
+    assert memory_limit(*roots).limit_bytes == psutil.virtual_memory().total
+
+
+def test_accelerator_probe_never_initialises_cuda() -> None:
+    probe = AcceleratorProbe()
+    allocated, reserved = probe.read()
+    assert math.isnan(allocated) and math.isnan(reserved)
+    assert probe.details() == []
+    assert not torch.cuda.is_initialized()
+
+
+def _fake_torch(per_device: dict[int, tuple[int, int]]) -> SimpleNamespace:
+    def stats(index: int) -> dict:
+        alloc, res = per_device.get(index, (0, 0))
+        return {
+            "allocated_bytes": {"all": {"current": alloc, "peak": alloc * 2}},
+            "reserved_bytes": {"all": {"current": res, "peak": res}},
+            "num_alloc_retries": 1,
+        }
+
+    cuda = SimpleNamespace(
+        is_initialized=lambda: True,
+        device_count=lambda: 3,
+        memory_stats_as_nested_dict=stats,
+        get_device_properties=lambda i: SimpleNamespace(total_memory=80 << 30),
+    )
+    return SimpleNamespace(cuda=cuda)
+
+
+def test_accelerator_probe_sums_devices_in_use_only() -> None:
+    fake = _fake_torch({0: (100, 200), 2: (10, 20)})  # device 1 has no context: not watched
+    probe = AcceleratorProbe(_torch=fake)
+    assert probe.read() == (110.0, 220.0)
+    names = [d.name for d in probe.details()]
+    assert names == ["cuda:0", "cuda:2"]
+    assert AcceleratorProbe(devices=[2], _torch=fake).read() == (10.0, 20.0)
+
+
+def test_parse_device() -> None:
+    assert parse_device("cuda:1") == 1 and parse_device("2") == 2 and parse_device("cuda") == 0
+    with pytest.raises(ValueError, match="cuda:N"):
+        parse_device("tpu")
+
+
+@linux_only
+def test_process_tree_counts_children_by_pss_and_announced_workers() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; b = bytearray(80 << 20); time.sleep(30)"]
+    )
+    probe = ProcessTreeProbe()
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            reading = probe.tick()
+            if reading.ram_bytes - reading.rss_bytes > 70 << 20 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert reading.children == 1 and reading.workers == 0
+        assert reading.ram_bytes - reading.rss_bytes > 70 << 20  # the child's private 80 MB
+        probe.announce_workers([child.pid])
+        reading = probe.tick()
+        assert reading.workers == 1 and reading.workers_bytes > 70 << 20
+        assert probe.worker_pids_seen == {child.pid}
+    finally:
+        child.kill()
+        child.wait()
+        probe.close()

@@ -1,0 +1,141 @@
+"""The script API and the session lifecycle, on real torch loops."""
+
+import gc
+import json
+import threading
+import time
+import weakref
+
+import pytest
+import torch
+
+import torchmem_magic
+from torchmem_magic import MemwatchSession, last_report, memwatch
+from torchmem_magic.hooks import installed_hook_count
+from torchmem_magic.sampler import THREAD_NAME
+
+SPEC_KEYS = {
+    "schema", "status", "wall_s", "samples", "interval_s", "steps", "epochs", "ram", "heap", "vram",
+    "shm", "workers", "verdict", "leak_kind", "resource", "steps_to_exhaustion", "suspects", "advice",
+}
+
+
+def _sampler_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == THREAD_NAME)
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> torch.Tensor:
+    optimizer.zero_grad()
+    loss = model(torch.randn(8, 16)).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def test_synthetic_leak_of_1mb_per_step_is_measured_as_such() -> None:
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    with memwatch(10, quiet=True) as w:
+        for _ in range(60):
+            _step(model, optimizer)
+            kept.append(torch.ones(1 << 18))  # 1 MiB of float32, touched
+    report = w.report
+    assert report is last_report()
+    assert report.steps == 60 and report.status == "ok"
+    if report.heap is None:
+        pytest.skip("no heap counters on this platform")
+    assert report.heap.per_step_bytes == pytest.approx(1 << 20, rel=0.2)
+    assert report.ram.per_step_bytes == pytest.approx(1 << 20, rel=0.2)  # touched pages are resident
+
+
+def test_clean_loop_grows_by_almost_nothing() -> None:
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.Adam(model.parameters())
+    history = []
+    with memwatch(10, quiet=True) as w:
+        for _ in range(80):
+            history.append(_step(model, optimizer).item())
+    assert w.report.heap is None or abs(w.report.heap.per_step_bytes) < 16 << 10
+
+
+def test_report_matches_spec_schema_and_is_json() -> None:
+    with memwatch(5, quiet=True) as w:
+        _step(torch.nn.Linear(16, 16), torch.optim.SGD(torch.nn.Linear(16, 16).parameters(), lr=0.1))
+    data = w.report.to_dict()
+    assert SPEC_KEYS <= set(data)
+    assert json.loads(json.dumps(data)) == data
+    assert data["schema"] == 1 and data["suspects"] == [] and data["verdict"] == "unknown"
+    assert set(data["ram"]) >= {"start", "end", "peak", "per_step", "limit"}
+    assert data["vram"] is None  # no CUDA here: null, not zeros
+    assert data["samples"] >= 2 and data["ram"]["peak"] >= data["ram"]["end"] > 0
+
+
+def test_exception_and_interrupt_leave_nothing_behind() -> None:
+    baseline_threads = threading.active_count()
+    for exc_type, status in ((ValueError, "error"), (KeyboardInterrupt, "interrupted")):
+        with pytest.raises(exc_type):
+            with memwatch(5, quiet=True):
+                raise exc_type("stop here")
+        report = last_report()
+        assert report is not None and report.status == status and "stop here" in (report.error or "")
+        assert _sampler_threads() == 0 and installed_hook_count() == 0
+    assert threading.active_count() == baseline_threads
+
+
+def test_only_one_session_at_a_time() -> None:
+    with memwatch(50, quiet=True):
+        with pytest.raises(RuntimeError, match="only one"):
+            MemwatchSession().start()
+    with memwatch(50, quiet=True):  # the failed start did not wedge the registry
+        pass
+
+
+def test_no_strong_reference_to_user_tensors() -> None:
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with memwatch(5, quiet=True):
+        loss = _step(model, optimizer)
+        big = torch.ones(1 << 20)
+    refs = [weakref.ref(x) for x in (loss, big, model, optimizer)]
+    del loss, big, model, optimizer
+    gc.collect()
+    assert [r() for r in refs] == [None] * 4
+
+
+def test_bad_arguments() -> None:
+    for bad in (0, 0.5, 10_001, float("nan")):
+        with pytest.raises(ValueError, match="between 1 and 10000"):
+            MemwatchSession(bad)
+    with pytest.raises(ValueError, match="cuda:N"):
+        MemwatchSession(device="tpu:0")
+
+
+def test_prints_text_report_unless_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    with memwatch(20):
+        pass
+    out = capsys.readouterr().out
+    assert out.startswith("memwatch: ok") and "RAM (process tree)" in out
+    with memwatch(20, quiet=True):
+        pass
+    assert capsys.readouterr().out == ""
+
+
+def test_epochs_and_workers_from_a_real_multiprocess_dataloader() -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.randn(64, 16)), batch_size=8, num_workers=2)
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with memwatch(20, quiet=True) as w:
+        for _ in range(2):
+            for (x,) in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+                time.sleep(0.03)  # epochs of ~0.25 s: long enough for the 20 ms sampler
+    report = w.report
+    assert report.steps == 16 and report.epochs == 2
+    assert report.workers is not None and report.workers.max_count == 2 and report.workers.pids_seen == 4
+    assert report.workers.peak_bytes > 0
+    assert torchmem_magic.last_report() is report

@@ -1,0 +1,131 @@
+"""IPython adapter: parses flags, runs the cell body inside a MemwatchSession, renders the result.
+
+It measures nothing itself. The body runs the way `%%time` runs it (parse, split off the last
+expression, exec, eval) with its source registered under the cell's own name, so tracebacks show
+"Cell In[N], line L" with the user's lines, and an exception still fails the cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
+
+
+def widgets_available(shell: Any) -> bool:
+    """True in a Jupyter kernel with ipywidgets and bqplot importable; False in terminal IPython."""
+    if getattr(shell, "kernel", None) is None:
+        return False
+    try:
+        import bqplot  # noqa: F401
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        print(
+            "torchmem_magic: live figure unavailable (pip install ipywidgets bqplot); showing text",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+def _current_cell_number(shell: Any) -> int:
+    exec_result = getattr(shell.displayhook, "exec_result", None)
+    return getattr(exec_result, "execution_count", None) or shell.execution_count
+
+
+@magics_class
+class MemwatchMagics(Magics):
+    """%%memwatch: watch RAM, heap, VRAM and /dev/shm while a training cell runs."""
+
+    def _compile_body(self, line: str, cell: str) -> tuple[Any, Any]:
+        """Compile the body for exec plus its last expression (or None) for eval."""
+        __tracebackhide__ = True
+        shell = self.shell
+        header = f"%%memwatch {line}".rstrip()
+        filename = shell.compile.cache(f"{header}\n{cell}", _current_cell_number(shell))
+        module = shell.compile.ast_parse(shell.transform_cell(cell), filename=filename)
+        module = shell.transform_ast(module)
+        ast.increment_lineno(module, 1)  # line 1 of the cell is the %%memwatch line
+        last = None
+        if module.body and isinstance(module.body[-1], ast.Expr):
+            last = shell.compile(ast.Expression(module.body.pop().value), filename, "eval")
+        return shell.compile(module, filename, "exec"), last
+
+    def _run_body(self, code: Any, last: Any) -> Any:
+        __tracebackhide__ = True
+        shell = self.shell
+        exec(code, shell.user_global_ns, shell.user_ns)
+        return None if last is None else eval(last, shell.user_global_ns, shell.user_ns)
+
+    @magic_arguments()
+    @argument(
+        "--interval", type=float, default=DEFAULT_INTERVAL_MS, metavar="MS",
+        help=f"background sampling period in ms, 1-10000 (default {DEFAULT_INTERVAL_MS:g})",
+    )
+    @argument("--no-plot", action="store_true", help="text report only, no live figure")
+    @argument("-o", dest="return_report", action="store_true", help="return the Report (r = _)")
+    @argument("-q", "--quiet", action="store_true", help="no live figure and no report output")
+    @argument("--device", default=None, help="CUDA device to watch, e.g. cuda:1 (default: all in use)")
+    @cell_magic
+    def memwatch(self, line: str, cell: str) -> Any:
+        """Run the cell while sampling memory; show a live figure and a report at the end.
+
+        The report is also available as `torchmem_magic.last_report()`.
+        """
+        __tracebackhide__ = True
+        try:
+            args = parse_argstring(self.memwatch, line)
+        except UsageError as exc:
+            raise UsageError(f"%%memwatch: {exc} (see %%memwatch?)") from None
+        plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
+        figure = None
+        if plot:
+            from .render.live import LiveFigure
+
+            figure = LiveFigure()
+        try:
+            session = MemwatchSession(args.interval, device=args.device, listener=figure)
+        except ValueError as exc:
+            raise UsageError(f"%%memwatch: {exc}") from None
+        if active_session() is not None:
+            raise UsageError("%%memwatch: another memwatch session is running; nested runs are not supported")
+        try:
+            code, last = self._compile_body(line, cell)
+        except SyntaxError:
+            self.shell.showsyntaxerror()
+            return None
+        if figure is not None:
+            display(figure.widget)
+        session.start()
+        try:
+            value = self._run_body(code, last)
+        except BaseException as exc:
+            self._show(session.stop(exc), args, plot)
+            raise
+        report = session.stop()
+        self._show(report, args, plot)
+        if args.return_report:
+            if value is not None:
+                display(value)
+            return report
+        return value
+
+    @staticmethod
+    def _show(report: Any, args: Any, plot: bool) -> None:
+        """Render the report; a rendering failure never hides the cell's own result or exception."""
+        if args.quiet:
+            return
+        try:
+            if plot:
+                display(report)
+            else:
+                print(report)
+        except Exception as exc:
+            print(f"torchmem_magic: could not render the report ({type(exc).__name__}: {exc})", file=sys.stderr)

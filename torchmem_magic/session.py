@@ -1,0 +1,381 @@
+"""One memwatch run: probes + sampler thread + torch hooks, started and stopped as a unit.
+
+The cell magic and the script API (`with memwatch(): ...`) both drive `MemwatchSession`; the magic
+only adds rendering. Stopping always removes hooks and joins the thread before anything else, so
+nothing is left behind after an exception or KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .analysis import growth_per_step
+from .model import HeapSummary, RamSummary, Report, ShmSummary, Status, VramSummary, WorkerSummary
+from .timeline import NAN, Timeline
+
+DEFAULT_INTERVAL_MS = 100.0
+MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
+
+
+class Listener(Protocol):
+    """Receives live updates. `on_tick` runs on the sampler thread only (one writer);
+    `on_finish` runs on the caller's thread after the sampler has stopped."""
+
+    tick_period_s: float
+
+    def on_tick(self, session: MemwatchSession) -> None: ...
+
+    def on_finish(self, session: MemwatchSession, report: Report) -> None: ...
+
+
+@dataclass(frozen=True)
+class LiveStatus:
+    """What the one-line live status shows; sizes in bytes, NaN where absent."""
+
+    elapsed_s: float
+    steps: int
+    epochs: int
+    ram_bytes: float
+    heap_bytes: float
+    vram_allocated_bytes: float
+    vram_reserved_bytes: float
+    shm_used_bytes: float
+    workers: int
+    ram_per_step: float | None
+    heap_per_step: float | None
+    vram_per_step: float | None
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class _Registry:
+    """The one active session and the last report (what `last_report()` returns)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: MemwatchSession | None = None
+        self.last: Report | None = None
+
+
+_registry = _Registry()
+
+
+def last_report() -> Report | None:
+    """The Report of the most recent `%%memwatch` cell or `memwatch()` block, or None."""
+    return _registry.last
+
+
+def active_session() -> MemwatchSession | None:
+    return _registry.active
+
+
+def validate_interval_ms(interval_ms: float) -> float:
+    if not isinstance(interval_ms, (int, float)) or math.isnan(interval_ms) or not (
+        MIN_INTERVAL_MS <= interval_ms <= MAX_INTERVAL_MS
+    ):
+        raise ValueError(
+            f"interval must be between {MIN_INTERVAL_MS:g} and {MAX_INTERVAL_MS:g} ms, got {interval_ms!r}"
+        )
+    return float(interval_ms)
+
+
+def _int_or(value: float, default: int = 0) -> int:
+    return default if math.isnan(value) else int(value)
+
+
+def _status_of(exc: BaseException | None) -> Status:
+    if exc is None:
+        return "ok"
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+
+
+class MemwatchSession:
+    """Samples memory while a block of code runs.
+
+    Args:
+        interval_ms: background sampling period (1–10,000 ms).
+        device: CUDA device to watch ('cuda:1', '1'); None watches every device in use.
+        shm_path: the shared-memory filesystem to watch.
+        listener: live renderer (see `Listener`).
+        print_report: print the text report when the block ends (the script API's default).
+    """
+
+    def __init__(
+        self,
+        interval_ms: float = DEFAULT_INTERVAL_MS,
+        device: str | int | None = None,
+        shm_path: str = "/dev/shm",
+        listener: Listener | None = None,
+        print_report: bool = False,
+    ) -> None:
+        from .probes import parse_device
+
+        self.interval_s = validate_interval_ms(interval_ms) / 1000.0
+        self.devices = None if device is None else [parse_device(str(device))]
+        self.shm_path = shm_path
+        self.listener = listener
+        self.print_report = print_report
+        self.timeline = Timeline()
+        self.steps = 0
+        self.report: Report | None = None
+        self._started_s: float | None = None
+        self._ended_s: float | None = None
+        self._sampler: Any = None
+        self._hooks: Any = None
+        self._tree: Any = None
+        self._children_bytes = 0
+        self._workers = 0
+        self._max_workers = 0
+
+    # ------------------------------------------------------------------ sampling
+    def _elapsed_s(self) -> float:
+        return time.monotonic() - (self._started_s or 0.0)
+
+    def _row(self, ram_bytes: float, rss_bytes: float) -> tuple[float, ...]:
+        shm = self._shm.read()
+        allocated, reserved = self._accelerator.read()
+        return (
+            self._elapsed_s(),
+            float(self.steps),
+            ram_bytes,
+            rss_bytes,
+            self._heap.read(),
+            float(self._children_bytes),
+            float(self._workers),
+            allocated,
+            reserved,
+            NAN if shm is None else float(shm.used_bytes),
+        )
+
+    def _background_row(self) -> tuple[float, ...]:
+        """Sampler thread: the full reading, incl. children discovery and PSS at their slow rates."""
+        tree = self._tree.tick()
+        self._children_bytes = tree.ram_bytes - tree.rss_bytes
+        self._workers = tree.workers
+        self._max_workers = max(self._max_workers, tree.workers)
+        return self._row(float(tree.ram_bytes), float(tree.rss_bytes))
+
+    def _step_row(self) -> tuple[float, ...]:
+        """Cheap reading for step boundaries (main thread): children from the last background tick."""
+        rss = float(self._tree.kernel_rss_bytes())
+        return self._row(rss + self._children_bytes, rss)
+
+    def _on_step(self) -> None:
+        self.steps += 1
+        self.timeline.by_step.append(self._step_row())
+
+    def _on_epoch(self, worker_pids: list[int]) -> None:
+        self.timeline.add_epoch(self._elapsed_s(), self.steps)
+        if worker_pids:
+            self._tree.announce_workers(worker_pids)
+            self._max_workers = max(self._max_workers, len(worker_pids))  # exact, even for short epochs
+
+    def _on_tick(self) -> None:
+        if self.listener is not None:
+            self.listener.on_tick(self)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def running(self) -> bool:
+        return self._started_s is not None and self._ended_s is None
+
+    def start(self) -> MemwatchSession:
+        """Install probes, hooks and the sampler thread. RuntimeError if another session is active."""
+        from .hooks import TrainingHooks
+        from .probes import AcceleratorProbe, HeapProbe, ProcessTreeProbe, ShmProbe, memory_limit, sharing_strategy
+        from .sampler import Sampler
+
+        with _registry.lock:
+            if _registry.active is not None:
+                raise RuntimeError("only one memwatch session can be active at a time")
+            if self._started_s is not None:
+                raise RuntimeError("a MemwatchSession can only be started once")
+            _registry.active = self
+        try:
+            self._tree = ProcessTreeProbe()
+            self._heap = HeapProbe()
+            self._shm = ShmProbe(self.shm_path)
+            self._accelerator = AcceleratorProbe(self.devices)
+            self._limit = memory_limit()
+            self._strategy_start = sharing_strategy()
+            self._devices_start = {d.name: d for d in self._accelerator.details()}
+            self._started_s = time.monotonic()
+            self.timeline.by_time.append(self._background_row())
+            self._hooks = TrainingHooks(self._on_step, self._on_epoch)
+            self._hooks.install()
+            self._sampler = Sampler(
+                self._background_row,
+                self.timeline.by_time,
+                self.interval_s,
+                on_tick=self._on_tick if self.listener is not None else None,
+                tick_period_s=getattr(self.listener, "tick_period_s", 0.5),
+            )
+            self._sampler.start()
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    def _teardown(self) -> None:
+        """Remove hooks and stop the thread; idempotent, and first thing done on every exit path."""
+        if self._hooks is not None:
+            self._hooks.remove()
+        if self._sampler is not None:
+            self._sampler.stop()
+        with _registry.lock:
+            if _registry.active is self:
+                _registry.active = None
+
+    def stop(self, exc: BaseException | None = None) -> Report:
+        """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything."""
+        if self.report is not None:
+            return self.report
+        try:
+            self._teardown()
+        finally:
+            self._ended_s = time.monotonic()
+        try:
+            self.timeline.by_time.append(self._background_row())
+            self.report = self._build_report(_status_of(exc), exc)
+        finally:
+            if self._tree is not None:
+                self._tree.close()
+        _registry.last = self.report
+        if self.listener is not None:
+            self.listener.on_finish(self, self.report)
+        if self.print_report:
+            print(self.report)
+        return self.report
+
+    def __enter__(self) -> MemwatchSession:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.stop(exc)
+
+    # ------------------------------------------------------------------ results
+    def live_status(self) -> LiveStatus:
+        """A snapshot for the live status line (cheap: slopes over at most 256 step samples)."""
+        by_time, by_step = self.timeline.by_time, self.timeline.by_step
+        return LiveStatus(
+            elapsed_s=self._elapsed_s() if self._ended_s is None else self._ended_s - (self._started_s or 0.0),
+            steps=self.steps,
+            epochs=self.timeline.epoch_count,
+            ram_bytes=by_time.last_value("ram_bytes"),
+            heap_bytes=by_time.last_value("heap_bytes"),
+            vram_allocated_bytes=by_time.last_value("vram_allocated_bytes"),
+            vram_reserved_bytes=by_time.last_value("vram_reserved_bytes"),
+            shm_used_bytes=by_time.last_value("shm_used_bytes"),
+            workers=self._workers,
+            ram_per_step=growth_per_step(by_step, "ram_bytes", 256),
+            heap_per_step=growth_per_step(by_step, "heap_bytes", 256),
+            vram_per_step=growth_per_step(by_step, "vram_allocated_bytes", 256),
+        )
+
+    def _peak(self, column: str) -> float:
+        values = [self.timeline.by_time.max(column), self.timeline.by_step.max(column)]
+        finite = [v for v in values if not math.isnan(v)]
+        return max(finite) if finite else NAN
+
+    def _vram_summary(self) -> VramSummary | None:
+        by_time, by_step = self.timeline.by_time, self.timeline.by_step
+        devices_end = self._accelerator.details()
+        allocated_peak = self._peak("vram_allocated_bytes")
+        if math.isnan(allocated_peak) and not devices_end:
+            return None
+        # the allocator's own peak counters catch peaks between samples, when they rose in this run
+        peak_from_counters = sum(
+            d.allocated_peak_bytes
+            for d in devices_end
+            if d.name not in self._devices_start or d.allocated_peak_bytes > self._devices_start[d.name].allocated_peak_bytes
+        )
+        retries_start = sum(d.alloc_retries or 0 for d in self._devices_start.values())
+        totals = [d.total_bytes for d in devices_end]
+        return VramSummary(
+            allocated_start_bytes=_int_or(by_time.first_value("vram_allocated_bytes")),
+            allocated_end_bytes=_int_or(by_time.last_value("vram_allocated_bytes")),
+            allocated_peak_bytes=max(_int_or(allocated_peak), peak_from_counters),
+            reserved_end_bytes=_int_or(by_time.last_value("vram_reserved_bytes")),
+            reserved_peak_bytes=_int_or(self._peak("vram_reserved_bytes")),
+            per_step_bytes=growth_per_step(by_step, "vram_allocated_bytes"),
+            limit_bytes=sum(t for t in totals if t) if totals and all(totals) else None,
+            devices=tuple(d.name for d in devices_end),
+            alloc_retries=sum(d.alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
+        )
+
+    def _build_report(self, status: Status, exc: BaseException | None) -> Report:
+        from .probes import sharing_strategy
+
+        by_time, by_step = self.timeline.by_time, self.timeline.by_step
+        ram = RamSummary(
+            start_bytes=_int_or(by_time.first_value("ram_bytes")),
+            end_bytes=_int_or(by_time.last_value("ram_bytes")),
+            peak_bytes=_int_or(self._peak("ram_bytes")),
+            per_step_bytes=growth_per_step(by_step, "ram_bytes"),
+            limit_bytes=self._limit.limit_bytes,
+            limit_source=self._limit.source,
+        )
+        heap = None
+        if self._heap.available:
+            heap = HeapSummary(
+                start_bytes=_int_or(by_time.first_value("heap_bytes")),
+                end_bytes=_int_or(by_time.last_value("heap_bytes")),
+                peak_bytes=_int_or(self._peak("heap_bytes")),
+                per_step_bytes=growth_per_step(by_step, "heap_bytes"),
+            )
+        shm = None
+        shm_reading = self._shm.read()
+        if shm_reading is not None:
+            shm = ShmSummary(
+                start_bytes=_int_or(by_time.first_value("shm_used_bytes")),
+                end_bytes=_int_or(by_time.last_value("shm_used_bytes")),
+                peak_bytes=_int_or(self._peak("shm_used_bytes")),
+                limit_bytes=shm_reading.total_bytes,
+                strategy=sharing_strategy(),
+                per_step_bytes=growth_per_step(by_step, "shm_used_bytes"),
+                path=self.shm_path,
+            )
+        workers = None
+        if self._tree.worker_pids_seen:
+            workers = WorkerSummary(
+                max_count=self._max_workers,
+                peak_bytes=_int_or(by_time.max("workers_bytes")),
+                pids_seen=len(self._tree.worker_pids_seen),
+            )
+        assert self._started_s is not None and self._ended_s is not None
+        return Report(
+            status=status,
+            wall_s=self._ended_s - self._started_s,
+            samples=by_time.count,
+            interval_s=self.interval_s,
+            steps=self.steps,
+            epochs=self.timeline.epoch_count,
+            ram=ram,
+            heap=heap,
+            vram=self._vram_summary(),
+            shm=shm,
+            workers=workers,
+            error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
+            timeline=self.timeline,
+        )
+
+
+def memwatch(
+    interval_ms: float = DEFAULT_INTERVAL_MS,
+    *,
+    device: str | int | None = None,
+    quiet: bool = False,
+    shm_path: str = "/dev/shm",
+) -> MemwatchSession:
+    """Script API: `with memwatch() as w: train()` then `w.report` (also `last_report()`).
+
+    Prints the text report when the block ends unless `quiet`. The block's exception, if any,
+    propagates after the report is made.
+    """
+    return MemwatchSession(interval_ms, device=device, shm_path=shm_path, print_report=not quiet)

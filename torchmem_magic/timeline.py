@@ -1,0 +1,178 @@
+"""Bounded, decimating series of memory samples (stdlib only).
+
+A 24 h run at 100 ms makes ~864k samples; keeping them all would make the sampler a leak of its own.
+`DecimatingSeries` keeps at most `capacity` rows: when full it merges neighbouring rows pairwise and
+from then on merges `stride` incoming rows into one. Merging keeps the *first* value of the x columns
+(time, step) and the *maximum* of every memory column, so peaks survive any amount of decimation.
+Running first/last/max per column are kept exactly, independent of decimation.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+NAN = float("nan")
+
+#: Columns of every row, in order. Sizes in bytes; NaN where the source is absent.
+COLUMNS: tuple[str, ...] = (
+    "t_s",  # seconds since the session started
+    "step",  # optimizer steps seen so far
+    "ram_bytes",  # process tree: kernel RSS + children (PSS where known)
+    "rss_bytes",  # kernel process resident set
+    "heap_bytes",  # kernel process heap in use (glibc mallinfo2)
+    "workers_bytes",  # DataLoader workers' memory (PSS where known)
+    "workers",  # number of DataLoader worker processes alive
+    "vram_allocated_bytes",
+    "vram_reserved_bytes",
+    "shm_used_bytes",
+)
+X_COLUMNS = frozenset({"t_s", "step"})
+_COLUMN_INDEX = {name: i for i, name in enumerate(COLUMNS)}
+ROW_BYTES = 8 * len(COLUMNS)
+
+
+def column_index(name: str) -> int:
+    """Position of `name` in a row; raises KeyError naming the known columns."""
+    try:
+        return _COLUMN_INDEX[name]
+    except KeyError:
+        raise KeyError(f"unknown column {name!r}; known: {', '.join(COLUMNS)}") from None
+
+
+def _nanmax(a: float, b: float) -> float:
+    if a != a:  # NaN
+        return b
+    if b != b:
+        return a
+    return a if a >= b else b
+
+
+_IS_X = tuple(name in X_COLUMNS for name in COLUMNS)
+
+
+def _merge(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    return [x if is_x else _nanmax(x, y) for x, y, is_x in zip(a, b, _IS_X)]
+
+
+class DecimatingSeries:
+    """Thread-safe bounded columnar store of rows (one writer, any readers)."""
+
+    def __init__(self, capacity: int = 2000) -> None:
+        if capacity < 4 or capacity % 2:
+            raise ValueError(f"capacity must be an even number >= 4, got {capacity}")
+        self.capacity = capacity
+        self._columns = [array("d") for _ in COLUMNS]
+        self._lock = threading.Lock()
+        self._stride = 1
+        self._pending: list[float] | None = None
+        self._pending_count = 0
+        self.count = 0  # rows appended in total
+        self.first: tuple[float, ...] | None = None
+        self.last: tuple[float, ...] | None = None
+        self._max = [NAN] * len(COLUMNS)
+
+    def append(self, row: Sequence[float]) -> None:
+        """Add one row (len(COLUMNS) floats, NaN for absent values)."""
+        if len(row) != len(COLUMNS):
+            raise ValueError(f"row has {len(row)} values, expected {len(COLUMNS)}")
+        with self._lock:
+            self.count += 1
+            if self.first is None:
+                self.first = tuple(row)
+            self.last = tuple(row)
+            self._max = [_nanmax(m, v) for m, v in zip(self._max, row)]
+            pending = list(row) if self._pending is None else _merge(self._pending, row)
+            self._pending_count += 1
+            if self._pending_count < self._stride:
+                self._pending = pending
+                return
+            self._pending, self._pending_count = None, 0
+            for column, value in zip(self._columns, pending):
+                column.append(value)
+            if len(self._columns[0]) >= self.capacity:
+                self._compact()
+
+    def _compact(self) -> None:
+        n = len(self._columns[0])
+        merged = [
+            _merge([c[i] for c in self._columns], [c[i + 1] for c in self._columns])
+            for i in range(0, n - 1, 2)
+        ]
+        self._columns = [array("d", (row[j] for row in merged)) for j in range(len(COLUMNS))]
+        self._stride *= 2
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def column(self, name: str) -> array:
+        """A copy of one column (stored rows only, plus a partially merged pending row)."""
+        j = column_index(name)
+        with self._lock:
+            out = array("d", self._columns[j])
+            if self._pending is not None:
+                out.append(self._pending[j])
+        return out
+
+    def columns(self, *names: str) -> dict[str, array]:
+        """Consistent copies of several columns taken under one lock."""
+        idx = [column_index(n) for n in names]
+        with self._lock:
+            out = {n: array("d", self._columns[j]) for n, j in zip(names, idx)}
+            if self._pending is not None:
+                for n, j in zip(names, idx):
+                    out[n].append(self._pending[j])
+        return out
+
+    def max(self, name: str) -> float:
+        return self._max[column_index(name)]
+
+    def first_value(self, name: str) -> float:
+        return NAN if self.first is None else self.first[column_index(name)]
+
+    def last_value(self, name: str) -> float:
+        return NAN if self.last is None else self.last[column_index(name)]
+
+    @property
+    def stride(self) -> int:
+        """How many appended rows one stored row stands for now."""
+        return self._stride
+
+    def nbytes(self) -> int:
+        """Bytes held by the stored columns (what must stay bounded)."""
+        return sum(c.buffer_info()[1] * c.itemsize for c in self._columns)
+
+
+@dataclass(frozen=True)
+class EpochMarker:
+    """A DataLoader iterator was started: at `t_s` seconds, after `step` optimizer steps."""
+
+    t_s: float
+    step: int
+
+
+class Timeline:
+    """Everything sampled in one session: a time series, a step-aligned series, epoch markers."""
+
+    MAX_EPOCH_MARKERS = 4096
+
+    def __init__(self, capacity: int = 2000) -> None:
+        self.by_time = DecimatingSeries(capacity)
+        self.by_step = DecimatingSeries(capacity)
+        self.epochs: list[EpochMarker] = []
+        self.epoch_count = 0
+
+    def add_epoch(self, t_s: float, step: int) -> None:
+        self.epoch_count += 1
+        if len(self.epochs) < self.MAX_EPOCH_MARKERS:
+            self.epochs.append(EpochMarker(t_s, step))
+
+    def nbytes(self) -> int:
+        return self.by_time.nbytes() + self.by_step.nbytes() + 64 * len(self.epochs)
+
+
+def finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))
