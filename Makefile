@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lab demo test bench clean
+.PHONY: setup browser-deps lab demo test bench clean
 
 setup: $(STAMP)
 
@@ -26,7 +26,10 @@ lab: setup
 demo: setup
 	$(BIN)/python examples/leak_demo.py
 
-test: setup
+browser-deps:
+	tools/ensure_chromium.sh
+
+test: setup browser-deps
 	$(BIN)/python -m pytest
 
 bench: setup

@@ -38,14 +38,17 @@ class TrainingHooks:
         self.callback_errors = 0
         self.last_callback_error: str | None = None
 
+    def _count_error(self, exc: Exception) -> None:
+        self.callback_errors += 1
+        self.last_callback_error = f"{type(exc).__name__}: {exc}"
+
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         if not self.active:
             return
         try:
             fn(*args)
         except Exception as exc:  # never break the user's loop; KeyboardInterrupt still propagates
-            self.callback_errors += 1
-            self.last_callback_error = f"{type(exc).__name__}: {exc}"
+            self._count_error(exc)
 
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -55,8 +58,14 @@ class TrainingHooks:
             raise RuntimeError("hooks are already installed")
         self.active = True
 
+        on_step = self._on_step
+
         def step_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            self._guarded(self._on_step)
+            if self.active:  # inlined rather than _guarded(): this runs on every step
+                try:
+                    on_step()
+                except Exception as exc:
+                    self._count_error(exc)
 
         self._step_handle = register_optimizer_step_post_hook(step_hook)
 

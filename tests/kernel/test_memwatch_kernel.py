@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from conftest import Execution, Kernel
+from kernel_client import Execution, Kernel
+
+pytestmark = pytest.mark.kernel
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -31,10 +31,12 @@ def test_figure_updates_live_and_shows_measured_curves_only() -> None:
     session = _run(figure)
     assert figure.updates >= 3  # 1.2 s of training at <= 4 updates/s, plus the final draw
     labels = list(figure.lines.labels)
-    assert labels[:2] == ["RAM (process tree)", "RSS (kernel)"] and "heap in use" in labels
+    assert labels[0] == "RAM (process tree)" and "heap in use" in labels
+    assert "RSS (kernel)" not in labels  # no child processes: it would only duplicate the RAM curve
     assert not any(label.startswith("VRAM") for label in labels)  # no CUDA: no fake zero curve
     y = np.asarray(figure.lines.y)
     assert y.shape == (len(labels), len(figure.lines.x)) and np.all(y[0] > 10)  # MiB
+    assert figure.y_axis.label == "MiB" and figure.y_scale.max > np.nanmax(y)  # headroom for the legend
     assert figure.status.value.startswith("<code>ok · step 8 ")
     assert list(figure.epoch_lines.x[:, 0]) == [m.t_s for m in session.timeline.epochs]
     assert figure.epoch_lines.visible

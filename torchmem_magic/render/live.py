@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from ..model import Report
     from ..session import MemwatchSession
 
-MIB = float(1 << 20)
+MIB, GIB = float(1 << 20), float(1 << 30)
 MAX_POINTS = 2000
+LEGEND_ROW_SHARE = 0.07  # headroom per legend entry, so the top-left legend does not hide the curves
 
 #: (column, legend label, colour) of every curve the figure can show; absent sources are left out.
 CURVES: tuple[tuple[str, str, str], ...] = (
@@ -47,6 +48,14 @@ def _decimate(values: np.ndarray) -> np.ndarray:
 
 def _has_data(column: np.ndarray) -> bool:
     return bool(column.size) and bool(np.isfinite(column).any()) and bool(np.nanmax(column) > 0)
+
+
+def _visible_curves(data: dict[str, np.ndarray]) -> list[tuple[str, str, str]]:
+    """Curves with data; the kernel's own RSS only when children make it differ from the tree's RAM."""
+    curves = [c for c in CURVES if _has_data(data[c[0]])]
+    if np.array_equal(data["rss_bytes"], data["ram_bytes"]):
+        curves = [c for c in curves if c[0] != "rss_bytes"]
+    return curves
 
 
 class LiveFigure:
@@ -84,8 +93,10 @@ class LiveFigure:
             style={"button_width": "60px"},
         )
         self.x_toggle.observe(self._on_toggle, names="value")
+        self.x_toggle.layout = ipywidgets.Layout(flex="0 0 auto")
+        self.status.layout = ipywidgets.Layout(flex="1 1 auto", margin="0 0 0 1em")
         self.widget = ipywidgets.VBox(
-            [ipywidgets.HBox([self.x_toggle, self.status]), self.figure],
+            [ipywidgets.HBox([self.x_toggle, self.status], layout=ipywidgets.Layout(align_items="center")), self.figure],
             layout=ipywidgets.Layout(width="100%"),
         )
 
@@ -110,11 +121,11 @@ class LiveFigure:
         x_name = "step" if by_steps else "t_s"
         data = series.columns(x_name, *(c for c, _, _ in CURVES))
         x = _decimate(np.frombuffer(data[x_name], dtype=np.float64))
-        curves = []
-        for column, label, colour in CURVES:
-            values = np.frombuffer(data[column], dtype=np.float64)
-            if _has_data(values):
-                curves.append((_decimate(values) / MIB, label, colour))
+        columns = {c: np.frombuffer(data[c], dtype=np.float64) for c, _, _ in CURVES}
+        visible = _visible_curves(columns)
+        peak = max((float(np.nanmax(columns[c])) for c, _, _ in visible), default=0.0)
+        unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
+        curves = [(_decimate(columns[c]) / unit, label, colour) for c, label, colour in visible]
         markers = [m.step if by_steps else m.t_s for m in list(session.timeline.epochs)]
         text = status_line(session.live_status())
         if final and report is not None:
@@ -126,6 +137,8 @@ class LiveFigure:
                     self.lines.y = np.vstack([c[0] for c in curves])
                     self.lines.labels = [c[1] for c in curves]
                     self.lines.colors = [c[2] for c in curves]
+            self.y_scale.max = peak / unit * (1.05 + LEGEND_ROW_SHARE * len(curves)) if peak > 0 else None
+            self.y_axis.label = unit_name
             with self.epoch_lines.hold_sync():
                 if markers:
                     self.epoch_lines.x = np.repeat(np.asarray(markers, dtype=np.float64)[:, None], 2, axis=1)

@@ -1,0 +1,113 @@
+"""JupyterLab + headless Chromium, each test run in fresh temporary config, runtime and workspace dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def require_browser() -> None:
+    missing = []
+    if not os.path.exists(CHROMIUM):
+        missing.append("chromium (apt-get install chromium)")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        missing.append("playwright (pip install playwright)")
+    if missing:
+        message = "browser test needs " + ", ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI installs them: a skip there would hide a broken setup
+        pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    root: Path
+
+
+@contextmanager
+def running_lab(base: Path) -> Iterator[Lab]:
+    """Start JupyterLab with fresh config/runtime/workspace dirs under `base`; always stop it."""
+    dirs = {name: base / name for name in ("config", "runtime", "ipython", "workspaces", "settings", "notebooks")}
+    for d in dirs.values():
+        d.mkdir()
+    settings = dirs["settings"]
+    (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
+        json.dumps({"windowingMode": "none"})
+    )
+    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(dirs["config"]),
+        JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+        IPYTHONDIR=str(dirs["ipython"]),
+        JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+    )
+    port, token = _free_port(), secrets.token_hex(16)
+    log = (base / "lab.log").open("w")
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
+            "--ServerApp.ip=127.0.0.1", f"--notebook-dir={dirs['notebooks']}", "--allow-root",
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.expose_app_in_browser=True",
+        ],
+        env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start:\n" + (base / "lab.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield Lab(url, token, dirs["notebooks"])
+    finally:
+        try:
+            req = urllib.request.Request(f"{url}/api/shutdown?token={token}", method="POST")
+            urllib.request.urlopen(req, timeout=5)
+            server.wait(timeout=15)
+        except Exception:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()

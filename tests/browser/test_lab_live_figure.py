@@ -1,0 +1,82 @@
+"""The live figure in a real JupyterLab: the curves grow while the cell is still busy."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+import pytest
+
+from lab_server import ARTIFACTS, Lab
+
+pytestmark = pytest.mark.browser
+
+SETUP = "%load_ext torchmem_magic\nimport torch, time\ntorch.set_num_threads(1)"
+TRAIN = """\
+%%memwatch --interval 50
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(64, 32)), batch_size=8)
+model = torch.nn.Linear(32, 32); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+kept = []
+for epoch in range(6):
+    for (x,) in loader:
+        opt.zero_grad(); model(x).sum().backward(); opt.step()
+        kept.append(torch.ones(1 << 19))   # 2 MiB a step: the leak to watch
+        time.sleep(0.15)
+len(kept)"""
+
+POINTS_JS = """() => {
+  const path = document.querySelector('.jp-Notebook .bqplot.figure svg path.line');
+  return path ? (path.getAttribute('d') || '').split('L').length : 0;
+}"""
+PROMPTS_JS = "() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')).map(e => e.textContent.trim())"
+KERNEL_IDLE_JS = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
+}"""
+
+
+def _wait(page: Any, js: str, timeout_s: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = page.evaluate(js)
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(js)
+
+
+def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, page: Any) -> None:
+    nb = new_notebook(cells=[new_code_cell(SETUP), new_code_cell(TRAIN)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lab.root / "live.ipynb")
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    page.goto(f"{lab.url}/lab/tree/live.ipynb?token={lab.token}")
+    _wait(page, KERNEL_IDLE_JS)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+    # while cell 2 is busy ([*]) and cell 1 is done, the line must gain points between two looks
+    _wait(page, f"() => {{ const p = ({PROMPTS_JS})(); return p[1] === '[*]:' && p[0] !== '[*]:' && ({POINTS_JS})() > 2; }}")
+    first = page.evaluate(POINTS_JS)
+    time.sleep(2.0)
+    second = page.evaluate(POINTS_JS)
+    prompts = page.evaluate(PROMPTS_JS)
+    page.screenshot(path=str(ARTIFACTS / "live_running.png"), full_page=True)
+    assert prompts[1] == "[*]:", f"cell finished too early to observe: {prompts}"
+    assert second > first, f"curve did not grow while busy: {first} -> {second}"
+    status = page.inner_text(".jp-Notebook .widget-html")
+    assert "steps/s" in status and "heap" in status
+
+    _wait(page, f"() => ({PROMPTS_JS})()[1].startsWith('[') && ({PROMPTS_JS})()[1] !== '[*]:'")
+    page.wait_for_selector(".torchmem-report")
+    report = page.inner_text(".torchmem-report")
+    assert "memwatch: ok · 48 steps · 6 epochs" in report and "heap in use" in report
+    legend = page.inner_text(".jp-Notebook .bqplot.figure")
+    assert "RAM (process tree)" in legend and "heap in use" in legend
+    assert "48" in page.inner_text(".jp-Notebook .jp-OutputArea-executeResult")
+    page.screenshot(path=str(ARTIFACTS / "live_done.png"), full_page=True)

@@ -1,0 +1,103 @@
+"""A real ipykernel driven through jupyter_client, as a notebook front end drives it."""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from jupyter_client.manager import KernelManager
+
+@dataclass
+class Execution:
+    """Everything one execute_request produced, iopub messages in arrival order."""
+
+    reply: dict[str, Any]
+    iopub: list[dict[str, Any]] = field(default_factory=list)
+    reply_index: int = -1  # how many iopub messages had arrived when the reply came
+
+    @property
+    def status(self) -> str:
+        return self.reply["content"]["status"]
+
+    def of_type(self, msg_type: str) -> list[dict[str, Any]]:
+        return [m for m in self.iopub if m["msg_type"] == msg_type]
+
+    @property
+    def stdout(self) -> str:
+        return "".join(m["content"]["text"] for m in self.of_type("stream") if m["content"]["name"] == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(m["content"]["text"] for m in self.of_type("stream") if m["content"]["name"] == "stderr")
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        errors = self.of_type("error")
+        return errors[0]["content"] if errors else None
+
+    def results(self) -> list[dict[str, Any]]:
+        return [m["content"]["data"] for m in self.of_type("execute_result")]
+
+
+class Kernel:
+    def __init__(self) -> None:
+        self.km = KernelManager(kernel_name="python3")
+        self.km.kernel_spec  # resolve now: fails early if ipykernel is missing
+        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        self.km.start_kernel(extra_arguments=[])
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def execute(self, code: str, timeout_s: float = 120.0, interrupt_after_s: float | None = None) -> Execution:
+        """Run `code`; collect iopub until the kernel is idle again; note when the reply arrived."""
+        msg_id = self.kc.execute(code, store_history=True)
+        deadline = time.monotonic() + timeout_s
+        interrupt_at = None if interrupt_after_s is None else time.monotonic() + interrupt_after_s
+        execution = Execution(reply={})
+        idle = False
+        while not (idle and execution.reply):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kernel did not finish within {timeout_s}s: {code[:80]!r}")
+            if interrupt_at is not None and time.monotonic() >= interrupt_at:
+                self.km.interrupt_kernel()
+                interrupt_at = None
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.05)
+            except queue.Empty:
+                msg = None
+            if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
+                execution.iopub.append(msg)
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    idle = True
+            if not execution.reply:
+                try:
+                    reply = self.kc.get_shell_msg(timeout=0.0 if msg is not None else 0.01)
+                except queue.Empty:
+                    continue
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    execution.reply = reply
+                    execution.reply_index = len(execution.iopub)
+        return execution
+
+    def ok(self, code: str, **kwargs: Any) -> Execution:
+        """Execute and fail the test with the kernel's traceback if it did not succeed."""
+        execution = self.execute(code, **kwargs)
+        if execution.status != "ok":
+            error = execution.error or {}
+            pytest.fail(f"cell failed: {error.get('ename')}: {error.get('evalue')}\n" + "\n".join(error.get("traceback", [])))
+        return execution
+
+    def value(self, expr: str) -> Any:
+        """Evaluate `expr` in the kernel and return it through JSON."""
+        execution = self.ok(f"import json as _j; print(_j.dumps({expr}))")
+        return json.loads(execution.stdout.strip().splitlines()[-1])
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
