@@ -50,9 +50,10 @@ class MemwatchMagics(Magics):
         shell = self.shell
         header = f"%%memwatch {line}".rstrip()
         filename = shell.compile.cache(f"{header}\n{cell}", _current_cell_number(shell))
-        module = shell.compile.ast_parse(shell.transform_cell(cell), filename=filename)
+        # a leading blank line stands for the %%memwatch line, so line numbers (also of syntax
+        # errors) are the cell's own
+        module = shell.compile.ast_parse("\n" + shell.transform_cell(cell), filename=filename)
         module = shell.transform_ast(module)
-        ast.increment_lineno(module, 1)  # line 1 of the cell is the %%memwatch line
         last = None
         if module.body and isinstance(module.body[-1], ast.Expr):
             last = shell.compile(ast.Expression(module.body.pop().value), filename, "eval")
@@ -98,16 +99,21 @@ class MemwatchMagics(Magics):
             raise UsageError("%%memwatch: another memwatch session is running; nested runs are not supported")
         try:
             code, last = self._compile_body(line, cell)
-        except SyntaxError:
-            self.shell.showsyntaxerror()
-            return None
+        except SyntaxError as exc:
+            if "'await' outside" in str(exc):
+                raise UsageError(
+                    "%%memwatch: top-level await is not supported in a %%memwatch cell; "
+                    "await inside a function, or run the async part in its own cell"
+                ) from None
+            raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
         if figure is not None:
             display(figure.widget)
-        session.start()
         try:
+            session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
         except BaseException as exc:
-            self._show(session.stop(exc), args, plot)
+            if session.running:
+                self._show(session.stop(exc), args, plot)
             raise
         report = session.stop()
         self._show(report, args, plot)

@@ -63,7 +63,8 @@ class VramSummary:
     per_step_bytes: float | None
     limit_bytes: int | None  # total memory of the watched devices
     devices: tuple[str, ...]
-    alloc_retries: int | None  # cudaMalloc retries (a sign of fragmentation / near-OOM)
+    alloc_retries: int | None  # cudaMalloc retries during the run (fragmentation / near-OOM)
+    per_device: tuple[dict[str, Any], ...] = ()  # end-of-run stats per device, incl. free/total
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +77,7 @@ class VramSummary:
             "limit": self.limit_bytes,
             "devices": list(self.devices),
             "num_alloc_retries": self.alloc_retries,
+            "per_device": [dict(d) for d in self.per_device],
         }
 
 

@@ -369,18 +369,35 @@ class DeviceStats:
     reserved_peak_bytes: int
     alloc_retries: int | None
     total_bytes: int | None
+    free_bytes: int | None  # what the driver says is still free on the device (all processes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "allocated": self.allocated_bytes, "reserved": self.reserved_bytes,
+            "allocated_peak": self.allocated_peak_bytes, "reserved_peak": self.reserved_peak_bytes,
+            "num_alloc_retries": self.alloc_retries, "free": self.free_bytes, "total": self.total_bytes,
+        }
 
 
 def parse_device(spec: str) -> int:
-    """'cuda:1', 'cuda' or '1' -> CUDA device index; ValueError naming the accepted forms."""
+    """'cuda:1', 'cuda' or '1' -> CUDA device index; ValueError naming the accepted forms.
+
+    Checks the index against the visible device count, which queries the driver without
+    creating a CUDA context.
+    """
     text = spec.strip().lower()
     if text in ("cuda", "gpu"):
-        return 0
+        text = "0"
     if text.startswith("cuda:"):
         text = text[5:]
-    if text.isdigit():
-        return int(text)
-    raise ValueError(f"--device takes 'cuda', 'cuda:N' or 'N', got {spec!r}")
+    if not text.isdigit():
+        raise ValueError(f"--device takes 'cuda', 'cuda:N' or 'N', got {spec!r}")
+    import torch
+
+    visible = torch.cuda.device_count()
+    if int(text) >= visible:
+        raise ValueError(f"--device {spec}: {visible} CUDA device(s) visible" + ("" if visible else " (no CUDA here)"))
+    return int(text)
 
 
 @dataclass
@@ -457,13 +474,18 @@ class AcceleratorProbe:
             allocated, reserved = self._read_mps()
             if allocated != allocated:
                 return []
-            return [DeviceStats("mps", int(allocated), int(reserved), int(allocated), int(reserved), None, None)]
+            return [DeviceStats("mps", int(allocated), int(reserved), int(allocated), int(reserved), None, None, None)]
         out = []
         for index, stats in self._watched(cuda):
-            try:
-                total: int | None = int(cuda.get_device_properties(index).total_memory)
+            free: int | None = None
+            total: int | None = None
+            try:  # a watched device has a context already, so this creates none
+                free, total = (int(v) for v in cuda.mem_get_info(index))
             except Exception:
-                total = None
+                try:
+                    total = int(cuda.get_device_properties(index).total_memory)
+                except Exception:
+                    pass
             out.append(
                 DeviceStats(
                     name=f"cuda:{index}",
@@ -473,6 +495,7 @@ class AcceleratorProbe:
                     reserved_peak_bytes=stats["reserved_bytes"]["all"]["peak"],
                     alloc_retries=stats.get("num_alloc_retries"),
                     total_bytes=total,
+                    free_bytes=free,
                 )
             )
         return out

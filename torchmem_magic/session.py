@@ -340,6 +340,7 @@ class MemwatchSession:
             limit_bytes=sum(t for t in totals if t) if totals and all(totals) else None,
             devices=tuple(d.name for d in devices_end),
             alloc_retries=sum(d.alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
+            per_device=tuple(d.to_dict() for d in devices_end),
         )
 
     def _build_report(self, status: Status, exc: BaseException | None) -> Report:

@@ -135,6 +135,7 @@ def test_dataloader_workers_appear_in_the_report(kernel: Kernel) -> None:
         ("--bogus", "UsageError: %%memwatch: unrecognized arguments: --bogus"),
         ("--interval fast", "UsageError: %%memwatch: argument --interval: invalid float value"),
         ("--device tpu", "UsageError: %%memwatch: --device takes 'cuda', 'cuda:N' or 'N'"),
+        ("--device cuda:7", "UsageError: %%memwatch: --device cuda:7:"),
     ],
 )
 def test_bad_flags_give_a_one_line_usage_error(kernel: Kernel, line: str, message: str) -> None:
@@ -145,6 +146,15 @@ def test_bad_flags_give_a_one_line_usage_error(kernel: Kernel, line: str, messag
     assert len(lines) == 1 and lines[0].startswith(message), execution.stderr
     assert "Traceback" not in execution.stderr and not execution.of_type("error")
     assert kernel.value("flag_probe") == "untouched"  # the body did not run
+
+
+def test_syntax_error_in_the_body_fails_the_cell_at_its_line(kernel: Kernel) -> None:
+    execution = kernel.execute("%%memwatch -q\nx = 1\ny = (\n")
+    assert execution.status == "error" and execution.error["ename"] == "SyntaxError"
+    assert re.search(r"Cell In\[\d+\], line 3", _traceback(execution))
+    assert kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    awaiting = kernel.execute("%%memwatch -q\nimport asyncio\nawait asyncio.sleep(0)\n")
+    assert awaiting.status == "error" and "top-level await is not supported" in awaiting.stderr
 
 
 def test_no_strong_reference_to_user_tensors_after_the_cell(kernel: Kernel) -> None:

@@ -117,6 +117,7 @@ def _fake_torch(per_device: dict[int, tuple[int, int]]) -> SimpleNamespace:
         device_count=lambda: 3,
         memory_stats_as_nested_dict=stats,
         get_device_properties=lambda i: SimpleNamespace(total_memory=80 << 30),
+        mem_get_info=lambda i: (70 << 30, 80 << 30),
     )
     return SimpleNamespace(cuda=cuda)
 
@@ -125,15 +126,24 @@ def test_accelerator_probe_sums_devices_in_use_only() -> None:
     fake = _fake_torch({0: (100, 200), 2: (10, 20)})  # device 1 has no context: not watched
     probe = AcceleratorProbe(_torch=fake)
     assert probe.read() == (110.0, 220.0)
-    names = [d.name for d in probe.details()]
-    assert names == ["cuda:0", "cuda:2"]
+    details = probe.details()
+    assert [d.name for d in details] == ["cuda:0", "cuda:2"]
+    assert details[0].free_bytes == 70 << 30 and details[0].total_bytes == 80 << 30
+    assert details[0].allocated_peak_bytes == 200 and details[0].alloc_retries == 1
     assert AcceleratorProbe(devices=[2], _torch=fake).read() == (10.0, 20.0)
 
 
-def test_parse_device() -> None:
+def test_parse_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     assert parse_device("cuda:1") == 1 and parse_device("2") == 2 and parse_device("cuda") == 0
     with pytest.raises(ValueError, match="cuda:N"):
         parse_device("tpu")
+    with pytest.raises(ValueError, match="3 CUDA device"):
+        parse_device("cuda:3")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(ValueError, match="no CUDA here"):
+        parse_device("cuda")
+    assert not torch.cuda.is_initialized()
 
 
 @linux_only
