@@ -1,7 +1,7 @@
 """How much does %%memwatch slow a training loop? Interleaved runs, medians of per-round ratios.
 
-Each round runs every configuration once (order rotated per round) on the same workload and
-records the time per optimizer step; overhead = median over rounds of (config / baseline) - 1.
+Each round times baseline, configuration, baseline back to back on the same workload (A-B-A, so
+drift of the machine cancels); overhead = median over rounds of config / mean(baselines) - 1.
 """
 
 from __future__ import annotations
@@ -67,23 +67,29 @@ def run(rounds: int = 9) -> list[dict[str, Any]]:
     results = []
     for workload in ("tiny MLP (Python-bound)", "MLP 256-1024-10, batch 128"):
         step, steps = make_workload(workload)
-        samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
-        for r in range(rounds):
-            order = CONFIGS[r % len(CONFIGS):] + CONFIGS[: r % len(CONFIGS)]
-            for config in order:
-                samples[config].append(time_per_step(step, steps, config))
-        base = samples["baseline"]
-        for config in CONFIGS:
-            ratios = [s / b for s, b in zip(samples[config], base)]
+        baselines: list[float] = []
+        for config in CONFIGS[1:]:
+            ratios, timings = [], []
+            for _ in range(rounds):
+                before = time_per_step(step, steps, "baseline")
+                timing = time_per_step(step, steps, config)
+                after = time_per_step(step, steps, "baseline")
+                baselines += [before, after]
+                timings.append(timing)
+                ratios.append(timing / ((before + after) / 2))
             results.append(
                 {
                     "workload": workload,
                     "config": config,
-                    "ms_per_step": statistics.median(samples[config]) * 1e3,
+                    "ms_per_step": statistics.median(timings) * 1e3,
                     "overhead_pct": (statistics.median(ratios) - 1) * 100,
-                    "steps_per_s": 1 / statistics.median(samples[config]),
                 }
             )
+        results.insert(
+            len(results) - len(CONFIGS) + 1,
+            {"workload": workload, "config": "baseline", "ms_per_step": statistics.median(baselines) * 1e3,
+             "overhead_pct": 0.0},
+        )
     return results
 
 
