@@ -7,6 +7,7 @@ strategy is only read, and nothing is imported before a probe is first used.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import time
@@ -100,6 +101,43 @@ def read_proportional_memory(pid: int) -> ProportionalMemory | None:
         return None
 
 
+@functools.cache
+def _proc_children_supported() -> bool:
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def descendant_pids(pid: int) -> set[int]:
+    """All descendants of `pid`.
+
+    Linux: `/proc/<pid>/task/<tid>/children` of every thread, recursively (~65 µs for a kernel with a
+    few workers); where the kernel has no such file (or not Linux), psutil (~1-2 ms).
+    """
+    if not _proc_children_supported():
+        try:
+            return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+        except psutil.Error:
+            return set()
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    children = f.read().split()
+            except OSError:
+                continue  # the thread or process exited meanwhile
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    frontier.append(child)
+    return found
+
+
 @dataclass
 class ChildProcess:
     """One descendant of the kernel process and what we last knew of its memory."""
@@ -130,13 +168,13 @@ class TreeReading:
 class ProcessTreeProbe:
     """RAM of the kernel process and its descendants (DataLoader workers, shm managers...).
 
-    The kernel's RSS is read on every tick. Child discovery (psutil, ~2 ms) runs about once a
+    The kernel's RSS is read on every tick. Child discovery (~65 µs from /proc) runs twice a
     second, and each child's PSS (~8 ms + 25 ms/GiB) at a period adapted to what it costs, so
     the probe never takes more than ~2% of one core. Worker PIDs announced by the DataLoader hook
     are picked up at the next tick without waiting for discovery.
     """
 
-    CHILDREN_REFRESH_S = 1.0
+    CHILDREN_REFRESH_S = 0.5
     PSS_MIN_PERIOD_S = 1.0
     PSS_COST_FACTOR = 50.0  # wait at least 50x what the last PSS read cost
 
@@ -158,10 +196,7 @@ class ProcessTreeProbe:
         return self._kernel.rss_bytes() or 0
 
     def _refresh_children(self) -> None:
-        try:
-            found = {p.pid for p in psutil.Process(self.pid).children(recursive=True)}
-        except psutil.Error:
-            found = set()
+        found = descendant_pids(self.pid)
         for pid in found.difference(self._children):
             self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=pid in self._worker_pids)
         for pid in set(self._children).difference(found):

@@ -141,7 +141,7 @@ class MemwatchSession:
         self._steps_to_sample = 1
         self._step_stride = 1
         self._step_cost_s = self._drain_cost_s = 0.0
-        self._last_step_sample_s = 0.0
+        self._last_step_sample_s: float | None = None
 
     # ------------------------------------------------------------------ sampling
     def _elapsed_s(self) -> float:
@@ -177,6 +177,7 @@ class MemwatchSession:
         if self._steps_to_sample > 0:
             return
         started = time.perf_counter()
+        cpu_started = time.thread_time()  # CPU time: a wait for the GIL is not this sample's cost
         rss = float(self._tree.kernel_rss_bytes())
         allocated, reserved = self._accelerator.read()
         self._step_rows.append((
@@ -184,11 +185,11 @@ class MemwatchSession:
             self._heap.read(), self._workers_bytes, float(self._workers), allocated, reserved,
             self._shm_used_bytes,
         ))
-        finished = time.perf_counter()
-        step_s = (started - self._last_step_sample_s) / self._step_stride
-        self._last_step_sample_s = started
-        self._step_cost_s = 0.8 * self._step_cost_s + 0.2 * (finished - started)
-        if step_s > 0:
+        cost_s = time.thread_time() - cpu_started
+        previous, self._last_step_sample_s = self._last_step_sample_s, started
+        self._step_cost_s = 0.8 * self._step_cost_s + 0.2 * cost_s
+        step_s = 0.0 if previous is None else (started - previous) / self._step_stride
+        if step_s > 0:  # from the second sampled step on: the first has no step period yet
             cost_s = self._step_cost_s + self._drain_cost_s
             self._step_stride = max(1, min(MAX_STEP_STRIDE, math.ceil(cost_s / (STEP_BUDGET * step_s))))
         self._steps_to_sample = self._step_stride
@@ -196,12 +197,12 @@ class MemwatchSession:
     def _drain_step_rows(self) -> None:
         """Sampler thread: file the queued step rows; what that costs per row counts against the budget."""
         rows, count = self._step_rows, 0
-        started = time.perf_counter()
+        started = time.thread_time()
         while rows:
             self.timeline.by_step.append(rows.popleft())
             count += 1
         if count:
-            self._drain_cost_s = 0.8 * self._drain_cost_s + 0.2 * (time.perf_counter() - started) / count
+            self._drain_cost_s = 0.8 * self._drain_cost_s + 0.2 * (time.thread_time() - started) / count
 
     def _on_epoch(self, worker_pids: list[int]) -> None:
         self.timeline.add_epoch(self._elapsed_s(), self.steps)
@@ -238,7 +239,7 @@ class MemwatchSession:
             self._limit = memory_limit()
             self._strategy_start = sharing_strategy()
             self._devices_start = {d.name: d for d in self._accelerator.details()}
-            self._started_s = self._last_step_sample_s = time.perf_counter()
+            self._started_s = time.perf_counter()
             self.timeline.by_time.append(self._background_row())
             self._hooks = TrainingHooks(self._on_step, self._on_epoch)
             self._hooks.install()

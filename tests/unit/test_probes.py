@@ -16,6 +16,7 @@ from torchmem_magic.probes import (
     MemoryLimit,
     ProcessTreeProbe,
     RssReader,
+    descendant_pids,
     ShmProbe,
     memory_limit,
     parse_device,
@@ -169,3 +170,20 @@ def test_process_tree_counts_children_by_pss_and_announced_workers() -> None:
         child.kill()
         child.wait()
         probe.close()
+
+
+def test_descendant_pids_match_psutil_including_grandchildren() -> None:
+    script = "import subprocess, time; p = subprocess.Popen(['sleep', '30']); time.sleep(30)"
+    children = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 20
+        while len(psutil.Process().children(recursive=True)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        expected = {p.pid for p in psutil.Process().children(recursive=True)}
+        assert len(expected) == 4 and descendant_pids(os.getpid()) == expected
+    finally:
+        for child in children:
+            for grandchild in psutil.Process(child.pid).children():
+                grandchild.kill()
+            child.kill()
+            child.wait()

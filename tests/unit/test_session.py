@@ -139,3 +139,33 @@ def test_epochs_and_workers_from_a_real_multiprocess_dataloader() -> None:
     assert report.workers is not None and report.workers.max_count == 2 and report.workers.pids_seen == 4
     assert report.workers.peak_bytes > 0
     assert torchmem_magic.last_report() is report
+
+
+def test_very_fast_steps_are_thinned_but_counted_exactly() -> None:
+    """At thousands of steps/s the step sample would cost >0.3% of a step: every k-th step is sampled."""
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 4)
+    session = MemwatchSession(100)
+    with session:
+        for _ in range(5000):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+    steps = list(session.timeline.by_step.column("step"))
+    assert session.report is not None and session.report.steps == 5000
+    assert session._step_stride > 1 and 10 <= len(steps) < 1000
+    assert steps == sorted(set(steps)) and steps[0] == 1.0
+
+
+def test_slow_steps_are_all_sampled() -> None:
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    session = MemwatchSession(100)
+    with session:
+        for _ in range(12):
+            optimizer.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+            time.sleep(0.05)  # a 50 ms step: sampling it costs far below the budget
+    assert list(session.timeline.by_step.column("step")) == [float(s) for s in range(1, 13)]
