@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 # The CPU wheel this project is developed with; a plain `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# JupyterLab refuses to run as root unless told; containers and CI machines often are root
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: setup browser-deps lab demo test bench clean
 
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 lab: setup
-	$(BIN)/jupyter lab notebooks/01_memwatch_quickstart.ipynb
+	$(BIN)/jupyter lab $(LAB_ARGS) notebooks/01_memwatch_quickstart.ipynb
 
 demo: setup
 	$(BIN)/python examples/leak_demo.py

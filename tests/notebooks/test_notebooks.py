@@ -45,5 +45,5 @@ def test_quickstart_shows_the_leak_against_the_clean_loop(quickstart: nbformat.N
     leaky_kib = float(text.split("leaky ")[1].split(" KiB")[0])
     assert leaky_kib > 20 * max(clean_kib, 1.0), text
     script = quickstart.cells[-1]
-    assert "(32, 1)" in _text(script)  # 2048 / 64 steps, one epoch
+    assert "(64, 1)" in _text(script)  # 4096 / 64 steps, one epoch
     json.dumps(quickstart)  # the executed notebook stays serialisable

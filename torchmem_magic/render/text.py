@@ -97,12 +97,16 @@ def _rows(report: Report) -> list[tuple[str, str, str, str, str, str]]:
     return rows
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def _headline(report: Report) -> str:
     status = {"ok": "ok", "error": "failed", "interrupted": "interrupted"}[report.status]
     parts = [
         f"memwatch: {status}",
-        f"{report.steps:,} steps",
-        f"{report.epochs:,} epochs",
+        _count(report.steps, "step"),
+        _count(report.epochs, "epoch"),
         format_duration(report.wall_s),
         f"{report.samples:,} samples every {report.interval_s * 1000:g} ms",
     ]
