@@ -1,8 +1,12 @@
-"""The result objects of a memwatch run (stdlib only). `to_dict()` follows SPEC.md, schema 1."""
+"""The result objects of a memwatch run (stdlib only). `to_dict()` follows SPEC.md, schema 1.
+
+Field names carry units (`peak_bytes`); the schema's keys drop the `_bytes` suffix (`peak`) unless a
+field says otherwise in its metadata, so each class states its schema once, in its fields.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
@@ -11,8 +15,34 @@ Status = Literal["ok", "error", "interrupted"]
 Verdict = Literal["leak", "suspect", "clean", "unknown"]
 
 
+def _key(name: str, metadata: Any) -> str | None:
+    return metadata["key"] if "key" in metadata else name.removesuffix("_bytes")
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+class _SchemaDict:
+    """`to_dict()` from the dataclass fields: plain JSON-serialisable data under the schema's keys."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            key = _key(f.name, f.metadata)
+            if key is not None:
+                out[key] = _plain(getattr(self, f.name))
+        return out
+
+
 @dataclass(frozen=True)
-class RamSummary:
+class RamSummary(_SchemaDict):
     """Process tree resident memory: kernel RSS plus children (DataLoader workers by PSS)."""
 
     start_bytes: int
@@ -22,19 +52,9 @@ class RamSummary:
     limit_bytes: int  # what the OOM killer enforces: cgroup limit, else system total
     limit_source: str  # "cgroup v2", "cgroup v1" or "system"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "start": self.start_bytes,
-            "end": self.end_bytes,
-            "peak": self.peak_bytes,
-            "per_step": self.per_step_bytes,
-            "limit": self.limit_bytes,
-            "limit_source": self.limit_source,
-        }
-
 
 @dataclass(frozen=True)
-class HeapSummary:
+class HeapSummary(_SchemaDict):
     """CPU heap in use by the kernel process (glibc mallinfo2: uordblks + hblkhd)."""
 
     start_bytes: int
@@ -42,17 +62,23 @@ class HeapSummary:
     peak_bytes: int
     per_step_bytes: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "start": self.start_bytes,
-            "end": self.end_bytes,
-            "peak": self.peak_bytes,
-            "per_step": self.per_step_bytes,
-        }
+
+@dataclass(frozen=True)
+class DeviceMemory(_SchemaDict):
+    """One accelerator's memory as its allocator and driver report it."""
+
+    name: str  # "cuda:0", "mps"
+    allocated_bytes: int
+    reserved_bytes: int
+    allocated_peak_bytes: int
+    reserved_peak_bytes: int
+    num_alloc_retries: int | None
+    total_bytes: int | None
+    free_bytes: int | None  # what the driver says is still free on the device (all processes)
 
 
 @dataclass(frozen=True)
-class VramSummary:
+class VramSummary(_SchemaDict):
     """Accelerator memory summed over the watched devices."""
 
     allocated_start_bytes: int
@@ -63,26 +89,12 @@ class VramSummary:
     per_step_bytes: float | None
     limit_bytes: int | None  # total memory of the watched devices
     devices: tuple[str, ...]
-    alloc_retries: int | None  # cudaMalloc retries during the run (fragmentation / near-OOM)
-    per_device: tuple[dict[str, Any], ...] = ()  # end-of-run stats per device, incl. free/total
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "allocated_start": self.allocated_start_bytes,
-            "allocated_end": self.allocated_end_bytes,
-            "allocated_peak": self.allocated_peak_bytes,
-            "reserved_end": self.reserved_end_bytes,
-            "reserved_peak": self.reserved_peak_bytes,
-            "per_step": self.per_step_bytes,
-            "limit": self.limit_bytes,
-            "devices": list(self.devices),
-            "num_alloc_retries": self.alloc_retries,
-            "per_device": [dict(d) for d in self.per_device],
-        }
+    num_alloc_retries: int | None  # cudaMalloc retries during the run (fragmentation / near-OOM)
+    per_device: tuple[DeviceMemory, ...] = ()  # end-of-run stats per device, incl. free/total
 
 
 @dataclass(frozen=True)
-class ShmSummary:
+class ShmSummary(_SchemaDict):
     """Usage of the shared-memory filesystem DataLoader workers pass batches through."""
 
     start_bytes: int
@@ -93,32 +105,18 @@ class ShmSummary:
     per_step_bytes: float | None
     path: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "start": self.start_bytes,
-            "end": self.end_bytes,
-            "peak": self.peak_bytes,
-            "limit": self.limit_bytes,
-            "strategy": self.strategy,
-            "per_step": self.per_step_bytes,
-            "path": self.path,
-        }
-
 
 @dataclass(frozen=True)
-class WorkerSummary:
+class WorkerSummary(_SchemaDict):
     """DataLoader worker processes seen during the run."""
 
-    max_count: int  # most workers alive at once
+    max_count: int = field(metadata={"key": "max"})  # most workers alive at once
     peak_bytes: int  # peak of their summed memory (PSS where available)
     pids_seen: int  # distinct worker processes over the run
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"max": self.max_count, "peak": self.peak_bytes, "pids_seen": self.pids_seen}
-
 
 @dataclass(frozen=True)
-class Suspect:
+class Suspect(_SchemaDict):
     """A name in the user namespace that keeps tensors or autograd graphs alive."""
 
     name: str
@@ -126,25 +124,13 @@ class Suspect:
     kind: str
     tensors: int
     graph_nodes: int
-    retained_bytes: int
+    retained_bytes: int = field(metadata={"key": "retained_bytes"})
     new_in_cell: bool
     fix: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "path": self.path,
-            "kind": self.kind,
-            "tensors": self.tensors,
-            "graph_nodes": self.graph_nodes,
-            "retained_bytes": self.retained_bytes,
-            "new_in_cell": self.new_in_cell,
-            "fix": self.fix,
-        }
-
 
 @dataclass(frozen=True)
-class Report:
+class Report(_SchemaDict):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured.
 
     Attributes:
@@ -174,35 +160,11 @@ class Report:
     suspects: tuple[Suspect, ...] = ()
     advice: tuple[str, ...] = ()
     error: str | None = None  # "ExceptionType: message" when status is not ok
-    timeline: Any = field(default=None, repr=False, compare=False)
+    timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable data, SPEC.md schema 1 (plus a few documented extra keys)."""
-
-        def opt(part: Any) -> Any:
-            return None if part is None else part.to_dict()
-
-        return {
-            "schema": SCHEMA_VERSION,
-            "status": self.status,
-            "wall_s": self.wall_s,
-            "samples": self.samples,
-            "interval_s": self.interval_s,
-            "steps": self.steps,
-            "epochs": self.epochs,
-            "ram": self.ram.to_dict(),
-            "heap": opt(self.heap),
-            "vram": opt(self.vram),
-            "shm": opt(self.shm),
-            "workers": opt(self.workers),
-            "verdict": self.verdict,
-            "leak_kind": self.leak_kind,
-            "resource": self.resource,
-            "steps_to_exhaustion": self.steps_to_exhaustion,
-            "suspects": [s.to_dict() for s in self.suspects],
-            "advice": list(self.advice),
-            "error": self.error,
-        }
+        return {"schema": SCHEMA_VERSION, **super().to_dict()}
 
     def __str__(self) -> str:
         from .render.text import report_text

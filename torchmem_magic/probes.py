@@ -17,6 +17,8 @@ from typing import Any
 
 import psutil
 
+from .model import DeviceMemory
+
 NAN = float("nan")
 PAGE_BYTES: int = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _HAS_PROC = os.path.exists("/proc/self/statm")
@@ -395,25 +397,6 @@ def memory_limit(proc_root: str = "/proc", sys_root: str = "/sys") -> MemoryLimi
 # ----------------------------------------------------------------------------- accelerators
 
 
-@dataclass(frozen=True)
-class DeviceStats:
-    name: str
-    allocated_bytes: int
-    reserved_bytes: int
-    allocated_peak_bytes: int
-    reserved_peak_bytes: int
-    alloc_retries: int | None
-    total_bytes: int | None
-    free_bytes: int | None  # what the driver says is still free on the device (all processes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "allocated": self.allocated_bytes, "reserved": self.reserved_bytes,
-            "allocated_peak": self.allocated_peak_bytes, "reserved_peak": self.reserved_peak_bytes,
-            "num_alloc_retries": self.alloc_retries, "free": self.free_bytes, "total": self.total_bytes,
-        }
-
-
 def parse_device(spec: str) -> int:
     """'cuda:1', 'cuda' or '1' -> CUDA device index; ValueError naming the accepted forms.
 
@@ -502,14 +485,14 @@ class AcceleratorProbe:
         except Exception:
             return NAN, NAN
 
-    def details(self) -> list[DeviceStats]:
+    def details(self) -> list[DeviceMemory]:
         """Per-device stats incl. peaks, retries and total memory (slower: call at start and end)."""
         cuda = self._cuda()
         if cuda is None:
             allocated, reserved = self._read_mps()
             if allocated != allocated:
                 return []
-            return [DeviceStats("mps", int(allocated), int(reserved), int(allocated), int(reserved), None, None, None)]
+            return [DeviceMemory("mps", int(allocated), int(reserved), int(allocated), int(reserved), None, None, None)]
         out = []
         for index, stats in self._watched(cuda):
             free: int | None = None
@@ -522,13 +505,13 @@ class AcceleratorProbe:
                 except Exception:
                     pass
             out.append(
-                DeviceStats(
+                DeviceMemory(
                     name=f"cuda:{index}",
                     allocated_bytes=stats["allocated_bytes"]["all"]["current"],
                     reserved_bytes=stats["reserved_bytes"]["all"]["current"],
                     allocated_peak_bytes=stats["allocated_bytes"]["all"]["peak"],
                     reserved_peak_bytes=stats["reserved_bytes"]["all"]["peak"],
-                    alloc_retries=stats.get("num_alloc_retries"),
+                    num_alloc_retries=stats.get("num_alloc_retries"),
                     total_bytes=total,
                     free_bytes=free,
                 )

@@ -329,7 +329,7 @@ class MemwatchSession:
             for d in devices_end
             if d.name not in self._devices_start or d.allocated_peak_bytes > self._devices_start[d.name].allocated_peak_bytes
         )
-        retries_start = sum(d.alloc_retries or 0 for d in self._devices_start.values())
+        retries_start = sum(d.num_alloc_retries or 0 for d in self._devices_start.values())
         totals = [d.total_bytes for d in devices_end]
         return VramSummary(
             allocated_start_bytes=_int_or(by_time.first_value("vram_allocated_bytes")),
@@ -340,8 +340,8 @@ class MemwatchSession:
             per_step_bytes=growth_per_step(by_step, "vram_allocated_bytes"),
             limit_bytes=sum(t for t in totals if t) if totals and all(totals) else None,
             devices=tuple(d.name for d in devices_end),
-            alloc_retries=sum(d.alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
-            per_device=tuple(d.to_dict() for d in devices_end),
+            num_alloc_retries=sum(d.num_alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
+            per_device=tuple(devices_end),
         )
 
     def _build_report(self, status: Status, exc: BaseException | None) -> Report:

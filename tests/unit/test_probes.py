@@ -130,7 +130,7 @@ def test_accelerator_probe_sums_devices_in_use_only() -> None:
     details = probe.details()
     assert [d.name for d in details] == ["cuda:0", "cuda:2"]
     assert details[0].free_bytes == 70 << 30 and details[0].total_bytes == 80 << 30
-    assert details[0].allocated_peak_bytes == 200 and details[0].alloc_retries == 1
+    assert details[0].allocated_peak_bytes == 200 and details[0].num_alloc_retries == 1
     assert AcceleratorProbe(devices=[2], _torch=fake).read() == (10.0, 20.0)
 
 

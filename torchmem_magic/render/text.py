@@ -38,62 +38,35 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _rows(report: Report) -> list[tuple[str, str, str, str, str, str]]:
+Row = tuple[str, str, str, str, str, str]
+
+
+def _row(label: str, start: float, end: float, peak: float, per_step: float | None, note: str) -> Row:
+    return (label, format_bytes(start), format_bytes(end), format_bytes(peak), format_per_step(per_step), note)
+
+
+def _rows(report: Report) -> list[Row]:
     """(resource, start, end, peak, growth, note) for each resource that was measured."""
-    ram = report.ram
+    ram, heap, vram, shm, workers = report.ram, report.heap, report.vram, report.shm, report.workers
     rows = [
-        (
-            "RAM (process tree)",
-            format_bytes(ram.start_bytes),
-            format_bytes(ram.end_bytes),
-            format_bytes(ram.peak_bytes),
-            format_per_step(ram.per_step_bytes),
-            f"limit {format_bytes(ram.limit_bytes)} ({ram.limit_source})",
-        )
+        _row("RAM (process tree)", ram.start_bytes, ram.end_bytes, ram.peak_bytes, ram.per_step_bytes,
+             f"limit {format_bytes(ram.limit_bytes)} ({ram.limit_source})")
     ]
-    if report.heap is not None:
-        heap = report.heap
-        rows.append(
-            (
-                "heap in use",
-                format_bytes(heap.start_bytes),
-                format_bytes(heap.end_bytes),
-                format_bytes(heap.peak_bytes),
-                format_per_step(heap.per_step_bytes),
-                "what the kernel really retains",
-            )
-        )
-    if report.vram is not None:
-        vram = report.vram
-        rows.append(
-            (
-                "VRAM allocated",
-                format_bytes(vram.allocated_start_bytes),
-                format_bytes(vram.allocated_end_bytes),
-                format_bytes(vram.allocated_peak_bytes),
-                format_per_step(vram.per_step_bytes),
-                f"reserved {format_bytes(vram.reserved_end_bytes)}"
-                + (f" of {format_bytes(vram.limit_bytes)}" if vram.limit_bytes else "")
-                + (f" on {', '.join(vram.devices)}" if vram.devices else ""),
-            )
-        )
-    if report.shm is not None:
-        shm = report.shm
-        rows.append(
-            (
-                f"shm ({shm.path})",
-                format_bytes(shm.start_bytes),
-                format_bytes(shm.end_bytes),
-                format_bytes(shm.peak_bytes),
-                format_per_step(shm.per_step_bytes),
-                f"of {format_bytes(shm.limit_bytes)}, strategy {shm.strategy or '—'}",
-            )
-        )
-    if report.workers is not None:
-        w = report.workers
-        rows.append(
-            ("DataLoader workers", "", "", format_bytes(w.peak_bytes), "", f"{w.max_count} at once, PSS")
-        )
+    if heap is not None:
+        rows.append(_row("heap in use", heap.start_bytes, heap.end_bytes, heap.peak_bytes, heap.per_step_bytes,
+                         "what the kernel really retains"))
+    if vram is not None:
+        note = f"reserved {format_bytes(vram.reserved_end_bytes)}"
+        note += f" of {format_bytes(vram.limit_bytes)}" if vram.limit_bytes else ""
+        note += f" on {', '.join(vram.devices)}" if vram.devices else ""
+        rows.append(_row("VRAM allocated", vram.allocated_start_bytes, vram.allocated_end_bytes,
+                         vram.allocated_peak_bytes, vram.per_step_bytes, note))
+    if shm is not None:
+        rows.append(_row(f"shm ({shm.path})", shm.start_bytes, shm.end_bytes, shm.peak_bytes, shm.per_step_bytes,
+                         f"of {format_bytes(shm.limit_bytes)}, strategy {shm.strategy or '—'}"))
+    if workers is not None:
+        rows.append(("DataLoader workers", "", "", format_bytes(workers.peak_bytes), "",
+                     f"{workers.max_count} at once, PSS"))
     return rows
 
 
