@@ -8,15 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import Report
+from .actions import release_last_exception, release_output_cache
+from .check import memcheck
+from .model import MemcheckResult, Report
 from .session import MemwatchSession, last_report, memwatch
 
 __all__ = [
+    "MemcheckResult",
     "MemwatchSession",
     "Report",
     "last_report",
     "load_ipython_extension",
+    "memcheck",
     "memwatch",
+    "release_last_exception",
+    "release_output_cache",
     "unload_ipython_extension",
 ]
 __version__ = "0.1.0"
@@ -38,4 +44,5 @@ def unload_ipython_extension(ipython: Any) -> None:
         session.stop()
     manager = ipython.magics_manager
     manager.magics["cell"].pop("memwatch", None)
+    manager.magics["line"].pop("memcheck", None)
     manager.registry.pop("MemwatchMagics", None)

@@ -12,10 +12,13 @@ import sys
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from .leaks import memcheck_result
+from .notebook import notebook_roots, recent_sources
+from .scan import Root, scan_roots
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
 
 
@@ -74,6 +77,7 @@ class MemwatchMagics(Magics):
     @argument("-o", dest="return_report", action="store_true", help="return the Report (r = _)")
     @argument("-q", "--quiet", action="store_true", help="no live figure and no report output")
     @argument("--device", default=None, help="CUDA device to watch, e.g. cuda:1 (default: all in use)")
+    @argument("--no-scan", action="store_true", help="skip the leak finder (no suspects in the report)")
     @cell_magic
     def memwatch(self, line: str, cell: str) -> Any:
         """Run the cell while sampling memory; show a live figure and a report at the end.
@@ -92,7 +96,13 @@ class MemwatchMagics(Magics):
 
             figure = LiveFigure()
         try:
-            session = MemwatchSession(args.interval, device=args.device, listener=figure)
+            session = MemwatchSession(
+                args.interval,
+                device=args.device,
+                listener=figure,
+                roots=None if args.no_scan else (lambda: notebook_roots(self.shell)),
+                sources=[cell, *recent_sources(self.shell)],
+            )
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
         if active_session() is not None:
@@ -135,3 +145,49 @@ class MemwatchMagics(Magics):
                 print(report)
         except Exception as exc:
             print(f"torchmem_magic: could not render the report ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    @line_magic
+    def memcheck(self, line: str) -> Any:
+        """%memcheck [-o] [EXPR]: the tensors EXPR reaches, the autograd graphs they keep alive,
+        what deleting it would free, and the fix. Without EXPR: every user variable plus IPython's
+        output cache and last traceback, as a list of holders.
+        """
+        return_result, expr = _parse_memcheck_line(line)
+        shell = self.shell
+        if expr:
+            try:
+                code = compile(expr, "<memcheck>", "eval")
+            except SyntaxError as exc:
+                raise UsageError(f"%memcheck: {expr!r} is not an expression ({exc.msg})") from None
+            try:
+                value = eval(code, shell.user_global_ns, shell.user_ns)
+            except NameError as exc:
+                raise UsageError(f"%memcheck: {exc}") from None
+            except Exception as exc:
+                raise UsageError(f"%memcheck: evaluating {expr!r} raised {type(exc).__name__}: {exc}") from None
+            roots = [Root(expr, "user", expr, value)]
+            del value
+        else:
+            roots = notebook_roots(shell)
+        scanned = scan_roots(roots)
+        del roots
+        result = memcheck_result(expr, scanned, recent_sources(shell), namespace=not expr)
+        if return_result:
+            return result
+        if getattr(shell, "kernel", None) is not None:
+            display(result)
+        else:
+            print(result)
+        return None
+
+
+def _parse_memcheck_line(line: str) -> tuple[bool, str]:
+    """Flags first (`-o`), then the expression verbatim: shlex would strip its quotes."""
+    rest = line.strip()
+    return_result = False
+    while rest.startswith("-"):
+        flag, _, tail = rest.partition(" ")
+        if flag != "-o":
+            raise UsageError(f"%memcheck: unknown option {flag} (usage: %memcheck [-o] [EXPR])")
+        return_result, rest = True, tail.strip()
+    return return_result, rest

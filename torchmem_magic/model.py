@@ -130,6 +130,62 @@ class Suspect(_SchemaDict):
 
 
 @dataclass(frozen=True)
+class TensorFinding(_SchemaDict):
+    """One tensor reachable from what was checked (SPEC.md memcheck `findings`)."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    bytes: int  # its storage's bytes (0 when an earlier finding already counted that storage)
+    requires_grad: bool
+    grad_fn: str | None
+    graph_nodes: int
+    retained_bytes: int = field(metadata={"key": "retained_bytes"})  # storage counted here + its graph
+
+
+@dataclass(frozen=True)
+class MemcheckResult(_SchemaDict):
+    """What `%memcheck EXPR` / `memcheck(obj)` found (SPEC.md memcheck schema 1).
+
+    `retained_bytes` is what deleting the checked object would free: tensors counted once by
+    storage, plus what their autograd graphs alone keep alive (saved activations, ~700 B a node).
+    `estimated` says a graph was too big to walk in full and its figures were extrapolated.
+    """
+
+    expr: str
+    tensors: int
+    bytes: int
+    graph_tensors: int
+    graph_nodes: int
+    retained_bytes: int = field(metadata={"key": "retained_bytes"})
+    devices: tuple[str, ...]
+    truncated: bool
+    findings: tuple[TensorFinding, ...]
+    advice: tuple[str, ...]
+    estimated: bool = False
+    skipped_objects: int = 0  # objects whose introspection raised (skipped, never fatal)
+    suspects: tuple[Suspect, ...] = ()  # whole-namespace checks: per-name holders, largest first
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA_VERSION, **super().to_dict()}
+
+    def __str__(self) -> str:
+        from .render.text import memcheck_text
+
+        return memcheck_text(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        from .render.text import memcheck_html
+
+        return memcheck_html(self)
+
+
+@dataclass(frozen=True)
 class Report(_SchemaDict):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured.
 

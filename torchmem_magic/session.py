@@ -8,20 +8,26 @@ nothing is left behind after an exception or KeyboardInterrupt.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .analysis import growth_per_step
-from .model import HeapSummary, RamSummary, Report, ShmSummary, Status, VramSummary, WorkerSummary
+from .leaks import baseline_of, suspects_from_scan
+from .model import HeapSummary, RamSummary, Report, ShmSummary, Status, Suspect, VramSummary, WorkerSummary
+from .scan import Budget, Root, scan_roots
 from .timeline import NAN, Timeline
 
 DEFAULT_INTERVAL_MS = 100.0
 STEP_BUDGET = 0.003  # the step-aligned sample may cost at most ~0.3% of a step (measured cost; cache effects double it)
 MAX_STEP_STRIDE = 1024
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
+START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals are needed
+END_SCAN_BUDGET = Budget(time_s=1.0)
 
 
 class Listener(Protocol):
@@ -107,6 +113,8 @@ class MemwatchSession:
         shm_path: the shared-memory filesystem to watch.
         listener: live renderer (see `Listener`).
         print_report: print the text report when the block ends (the script API's default).
+        roots: where the leak finder looks (called at start and end; None: no scan).
+        sources: code in which a suspect's fix line is looked for.
     """
 
     def __init__(
@@ -116,6 +124,8 @@ class MemwatchSession:
         shm_path: str = "/dev/shm",
         listener: Listener | None = None,
         print_report: bool = False,
+        roots: Callable[[], list[Root]] | None = None,
+        sources: list[str] | None = None,
     ) -> None:
         from .probes import parse_device
 
@@ -124,6 +134,9 @@ class MemwatchSession:
         self.shm_path = shm_path
         self.listener = listener
         self.print_report = print_report
+        self._roots = roots
+        self._sources = list(sources or [])
+        self._baseline: dict[str, int] | None = None
         self.timeline = Timeline()
         self.steps = 0
         self.report: Report | None = None
@@ -239,6 +252,8 @@ class MemwatchSession:
             self._limit = memory_limit()
             self._strategy_start = sharing_strategy()
             self._devices_start = {d.name: d for d in self._accelerator.details()}
+            if self._roots is not None:  # what each name held before the cell: `new_in_cell`
+                self._baseline = baseline_of(scan_roots(self._roots(), START_SCAN_BUDGET))
             self._started_s = time.perf_counter()
             self.timeline.by_time.append(self._background_row())
             self._hooks = TrainingHooks(self._on_step, self._on_epoch)
@@ -276,8 +291,9 @@ class MemwatchSession:
             self._ended_s = time.perf_counter()
         try:
             self.timeline.by_time.append(self._background_row())  # also drains queued step rows
-            self.report = self._build_report(_status_of(exc), exc)
+            self.report = self._build_report(_status_of(exc), exc, self._find_suspects())
         finally:
+            self._roots = None  # the provider may reference the user's namespace
             if self._tree is not None:
                 self._tree.close()
         _registry.last = self.report
@@ -344,7 +360,12 @@ class MemwatchSession:
             per_device=tuple(devices_end),
         )
 
-    def _build_report(self, status: Status, exc: BaseException | None) -> Report:
+    def _find_suspects(self) -> tuple[Suspect, ...]:
+        if self._roots is None:
+            return ()
+        return tuple(suspects_from_scan(scan_roots(self._roots(), END_SCAN_BUDGET), self._sources, self._baseline))
+
+    def _build_report(self, status: Status, exc: BaseException | None, suspects: tuple[Suspect, ...]) -> Report:
         from .probes import sharing_strategy
 
         by_time, by_step = self.timeline.by_time, self.timeline.by_step
@@ -396,6 +417,7 @@ class MemwatchSession:
             vram=self._vram_summary(),
             shm=shm,
             workers=workers,
+            suspects=suspects,
             error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
             timeline=self.timeline,
         )
@@ -407,10 +429,19 @@ def memwatch(
     device: str | int | None = None,
     quiet: bool = False,
     shm_path: str = "/dev/shm",
+    scan: bool = True,
 ) -> MemwatchSession:
     """Script API: `with memwatch() as w: train()` then `w.report` (also `last_report()`).
 
     Prints the text report when the block ends unless `quiet`. The block's exception, if any,
-    propagates after the report is made.
+    propagates after the report is made. With `scan`, the leak finder looks at the calling
+    module's global names (at start and end) and fills `report.suspects`.
     """
-    return MemwatchSession(interval_ms, device=device, shm_path=shm_path, print_report=not quiet)
+    roots = None
+    if scan:
+        namespace = sys._getframe(1).f_globals
+
+        def roots() -> list[Root]:
+            return [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
+
+    return MemwatchSession(interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots)

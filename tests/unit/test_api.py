@@ -9,11 +9,15 @@ import torchmem_magic
 
 def test_public_api_is_pinned() -> None:
     assert sorted(torchmem_magic.__all__) == [
+        "MemcheckResult",
         "MemwatchSession",
         "Report",
         "last_report",
         "load_ipython_extension",
+        "memcheck",
         "memwatch",
+        "release_last_exception",
+        "release_output_cache",
         "unload_ipython_extension",
     ]
     for name in torchmem_magic.__all__:

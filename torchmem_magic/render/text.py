@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import html
 import math
+import re
+from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..model import Report
+    from ..model import MemcheckResult, Report, Suspect, TensorFinding
     from ..session import LiveStatus
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -100,6 +102,7 @@ def report_text(report: Report) -> str:
         lines.append(("  " + "  ".join(cells) + "  " + row[5]).rstrip())
     if report.steps < 3:
         lines.append("  growth per step needs at least 3 optimizer steps")
+    lines += suspects_text(report.suspects)
     for advice in report.advice:
         lines.append(f"  → {advice}")
     return "\n".join(lines)
@@ -125,6 +128,7 @@ def report_html(report: Report) -> str:
         "<div class='torchmem-report'>"
         f"<b>{esc(_headline(report))}</b>{error}"
         f"<table><thead><tr><th></th>{head}<th></th></tr></thead><tbody>{body}</tbody></table>"
+        + suspects_html(report.suspects)
         + (f"<ul>{advice}</ul>" if advice else "")
         + "</div>"
     )
@@ -150,3 +154,139 @@ def status_line(status: LiveStatus) -> str:
     if status.workers:
         parts.append(f"{status.workers} workers")
     return " · ".join(parts)
+
+
+# ----------------------------------------------------------------------------- suspects
+
+
+def suspects_text(suspects: tuple[Suspect, ...] | list[Suspect]) -> list[str]:
+    if not suspects:
+        return []
+    lines = ["  holders of tensors / autograd graphs, largest first:"]
+    for s in suspects:
+        new = "new in cell" if s.new_in_cell else "existed before"
+        lines.append(
+            f"    {s.name} ({s.kind}): {format_bytes(s.retained_bytes)} retained, {s.tensors:,} tensors, "
+            f"{s.graph_nodes:,} graph nodes, {new} — e.g. {s.path}"
+        )
+        lines.append(f"      fix: {s.fix}")
+    return lines
+
+
+_CELL = "padding:.1em .6em;text-align:left;vertical-align:top"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th style='{_CELL}'>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td style='{_CELL}'>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect]) -> str:
+    if not suspects:
+        return ""
+    rows = [
+        [
+            f"<b>{html.escape(s.name)}</b><br><small>{html.escape(s.path)}</small>",
+            html.escape(s.kind),
+            f"{s.tensors:,}",
+            f"{s.graph_nodes:,}",
+            html.escape(format_bytes(s.retained_bytes)),
+            "yes" if s.new_in_cell else "no",
+            f"<code>{html.escape(s.fix)}</code>",
+        ]
+        for s in suspects
+    ]
+    return "<div class='torchmem-suspects'><b>What keeps memory alive</b>" + _table(
+        ["name", "kind", "tensors", "graph nodes", "retained", "new in cell", "fix"], rows
+    ) + "</div>"
+
+
+# ----------------------------------------------------------------------------- memcheck
+
+_INDEX = re.compile(r"\[\d+\]")
+
+
+
+def group_findings(findings: tuple[TensorFinding, ...]) -> list[dict[str, object]]:
+    """Findings whose paths differ only in list indices, as one row: `history[*]` x 10,000."""
+    groups: dict[str, list[TensorFinding]] = {}
+    for f in findings:
+        groups.setdefault(_INDEX.sub("[*]", f.path), []).append(f)
+    rows = []
+    for pattern, members in groups.items():
+        shapes = Counter(f.shape for f in members)
+        grad_fns = Counter(f.grad_fn for f in members)
+        rows.append(
+            {
+                "path": pattern,
+                "count": len(members),
+                "shape": "×".join(map(str, shapes.most_common(1)[0][0])) or "scalar",
+                "varied_shapes": len(shapes) > 1,
+                "dtype": members[0].dtype,
+                "device": members[0].device,
+                "bytes": sum(f.bytes for f in members),
+                "requires_grad": any(f.requires_grad for f in members),
+                "grad_fn": grad_fns.most_common(1)[0][0],
+                "graph_nodes": sum(f.graph_nodes for f in members),
+                "retained_bytes": sum(f.retained_bytes for f in members),
+            }
+        )
+    return sorted(rows, key=lambda r: -int(r["retained_bytes"]))  # type: ignore[call-overload]
+
+
+def _memcheck_headline(result: MemcheckResult) -> str:
+    estimate = " (estimate)" if result.estimated else ""
+    parts = [
+        f"{result.expr or 'namespace'}: {_count(result.tensors, 'tensor')}",
+        f"{format_bytes(result.bytes)} in storages",
+        f"{result.graph_tensors:,} with autograd graphs",
+        f"{result.graph_nodes:,} graph nodes{estimate}",
+        f"retains {format_bytes(result.retained_bytes)}{estimate}",
+    ]
+    if result.devices:
+        parts.append(", ".join(result.devices))
+    if result.truncated:
+        parts.append("truncated")
+    return " · ".join(parts)
+
+
+def memcheck_text(result: MemcheckResult) -> str:
+    lines = [_memcheck_headline(result)]
+    for row in group_findings(result.findings)[:15]:
+        lines.append(
+            f"  {row['path']}  ×{row['count']:,}  {row['shape']}{'…' if row['varied_shapes'] else ''} {row['dtype']} "
+            f"{row['device']}  {format_bytes(row['bytes'])}"  # type: ignore[arg-type]
+            + (f"  grad_fn={row['grad_fn']}, {row['graph_nodes']:,} nodes" if row["grad_fn"] else "")
+            + f"  retains {format_bytes(row['retained_bytes'])}"  # type: ignore[arg-type]
+        )
+    lines += suspects_text(result.suspects)
+    lines += [f"  → {a}" for a in result.advice]
+    return "\n".join(lines)
+
+
+def memcheck_html(result: MemcheckResult) -> str:
+    esc = html.escape
+    rows = [
+        [
+            f"<code>{esc(str(r['path']))}</code>",
+            f"{r['count']:,}",
+            esc(f"{r['shape']}{'…' if r['varied_shapes'] else ''}"),
+            esc(f"{r['dtype']} {r['device']}"),
+            esc(format_bytes(r["bytes"])),  # type: ignore[arg-type]
+            esc(str(r["grad_fn"] or "—")),
+            f"{r['graph_nodes']:,}",
+            esc(format_bytes(r["retained_bytes"])),  # type: ignore[arg-type]
+        ]
+        for r in group_findings(result.findings)[:50]
+    ]
+    table = _table(["path", "tensors", "shape", "dtype / device", "storage", "grad_fn", "graph nodes", "retains"], rows)
+    advice = "".join(f"<li>{esc(a)}</li>" for a in result.advice)
+    return (
+        "<div class='torchmem-memcheck'>"
+        f"<b>{esc(_memcheck_headline(result))}</b>"
+        + (table if rows else "")
+        + suspects_html(result.suspects)
+        + (f"<ul>{advice}</ul>" if advice else "")
+        + "</div>"
+    )

@@ -1,0 +1,163 @@
+"""From a scan to suspects and memcheck results: which holder leaks, of what kind, and the fix.
+
+Pure (numbers, paths and source text in; dataclasses out). A holder is a suspect when it keeps
+autograd graphs beyond the last step's (several graph tensors, a long chain, or >= 1 MiB), when a
+builtin container new in the cell caches >= 1 MiB of tensors, or when IPython's output cache or
+last traceback holds tensors.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .fixes import SourceFix, fix_accumulate, fix_append, fix_carry_over
+from .model import MemcheckResult, Suspect
+from .scan import RootStats, ScanResult
+
+MIB = 1 << 20
+CHAIN_NODES = 100  # one tensor with this many graph nodes is a chain growing step by step
+CONTAINER_TYPES = {"list", "dict", "tuple", "deque", "set", "defaultdict", "OrderedDict"}
+_LAST_SUBSCRIPT = re.compile(r"(\[[^\[\]]*\]|\{…\}|\.keys\(\)\[[^\[\]]*\])$")
+
+
+def container_path(tensor_path: str) -> str:
+    """`history[17]` -> `history`; `logger.hist[3]` -> `logger.hist`; `metrics['val'][0]` -> `metrics['val']`."""
+    return _LAST_SUBSCRIPT.sub("", tensor_path) or tensor_path
+
+
+def classify(stats: RootStats) -> str | None:
+    """The suspect kind of a holder, or None when it is not suspect."""
+    if stats.tensors == 0:
+        return None
+    if stats.kind in ("output-cache", "traceback"):
+        return stats.kind
+    if stats.graph_tensors and (
+        stats.graph_tensors >= 2 or stats.graph_nodes >= CHAIN_NODES or stats.retained_bytes >= MIB
+    ):
+        return "autograd-graph"
+    if stats.holder_type in CONTAINER_TYPES and stats.tensors >= 2 and stats.retained_bytes >= MIB:
+        return "tensor-cache"
+    return None
+
+
+def _with_line(fix: SourceFix | None, fallback: str) -> str:
+    return fallback if fix is None else f"{fix.after}  # was: {fix.before}"
+
+
+def fix_for(stats: RootStats, kind: str, sources: list[str]) -> str:
+    """The line to change, specific to what was found; from the user's own code where it is found."""
+    if kind == "output-cache":
+        return "torchmem_magic.release_output_cache()  # = %reset -f out, plus the hidden _/__/___ copies"
+    if kind == "traceback":
+        return "torchmem_magic.release_last_exception()  # drops sys.last_* and IPython's copy of the traceback"
+    holds_itself = stats.first_tensor_path == stats.path  # the name is a tensor, not a container
+    if kind == "autograd-graph" and holds_itself:
+        if stats.scalar_tensors:
+            return _with_line(
+                fix_accumulate(stats.name, sources),
+                f"{stats.name} += loss.item()  # accumulate a float: the tensor chains every step's graph",
+            )
+        return _with_line(
+            fix_carry_over(stats.name, sources),
+            f"{stats.name} = {stats.name}.detach()  # cut the graph carried into the next step",
+        )
+    container = container_path((stats.graph_paths or [stats.first_tensor_path or stats.path])[0])
+    if kind == "autograd-graph" and stats.saved_live:  # activations still saved: no backward ran
+        found = fix_append(container, "detach", sources)
+        where = f" (it fills it with `{found.before}`)" if found else ""
+        return f"wrap the code that fills {container} in `with torch.no_grad():`{where}"
+    method = "item" if stats.scalar_tensors == stats.tensors else "detach"
+    return _with_line(
+        fix_append(container, method, sources),
+        f"{container}.append(x.{method}())  # store {'numbers' if method == 'item' else 'tensors without their graph'}",
+    )
+
+
+def suspects_from_scan(
+    result: ScanResult, sources: list[str], baseline: dict[str, int] | None = None
+) -> list[Suspect]:
+    """Suspects, largest first. `baseline` (retained bytes per name at cell start) sets `new_in_cell`."""
+    suspects = []
+    for stats in result.roots:
+        kind = classify(stats)
+        if kind is None:
+            continue
+        before = None if baseline is None else baseline.get(stats.name)
+        new_in_cell = baseline is not None and (before is None or stats.retained_bytes > before * 1.1 + 65536)
+        if kind == "tensor-cache" and baseline is not None and not new_in_cell:
+            continue  # a cache that did not grow here is the user's data, not this cell's leak
+        suspects.append(
+            Suspect(
+                name=stats.name,
+                path=(stats.graph_paths or [stats.first_tensor_path or stats.path])[0],
+                kind=kind,
+                tensors=stats.tensors,
+                graph_nodes=stats.graph_nodes,
+                retained_bytes=stats.retained_bytes,
+                new_in_cell=new_in_cell,
+                fix=fix_for(stats, kind, sources),
+            )
+        )
+    return sorted(suspects, key=lambda s: -s.retained_bytes)
+
+
+def baseline_of(result: ScanResult) -> dict[str, int]:
+    return {stats.name: stats.retained_bytes for stats in result.roots}
+
+
+def _advice(stats: list[RootStats], suspects: list[Suspect]) -> list[str]:
+    advice = [f"{s.name}: {s.fix}" for s in suspects]
+    if any(s.graph_estimated for s in stats):
+        chains = [s for s in stats if s.graph_estimated and s.graph_tensors == 1]
+        for s in chains:
+            advice.append(
+                f"{s.name} is an autograd chain of ~{s.graph_nodes:,} nodes (an estimate: only part of it "
+                "was walked, since touching very long chains from Python can crash their deletion)"
+            )
+        if len(chains) < sum(1 for s in stats if s.graph_estimated):
+            advice.append("graph figures are estimates: some graphs were sampled, not walked in full")
+    freed = sum(s.saved_freed for s in stats)
+    if freed and not sum(s.saved_live for s in stats):
+        advice.append(
+            f"the graphs' saved activations were already freed by backward ({freed} saved tensors): "
+            "what stays is the graph nodes themselves, ~700 B each"
+        )
+    return advice
+
+
+def memcheck_result(expr: str, result: ScanResult, sources: list[str], namespace: bool = False) -> MemcheckResult:
+    """The `%memcheck` / `memcheck()` result for a scan of one object (or the whole namespace)."""
+    stats = result.roots
+    suspects = suspects_from_scan(result, sources) if namespace else []
+    if not namespace:
+        for s in stats:
+            kind = classify(s) or ("autograd-graph" if s.graph_tensors else None)
+            if kind:
+                suspects.append(
+                    Suspect(s.name, (s.graph_paths or [s.first_tensor_path or s.path])[0], kind, s.tensors,
+                            s.graph_nodes, s.retained_bytes, False, fix_for(s, kind, sources))
+                )
+    advice = _advice(stats, suspects)
+    if not any(s.tensors for s in stats):
+        advice.insert(0, f"{expr or 'the namespace'} holds no tensors")
+    if result.truncated:
+        advice.append(f"the scan stopped early (budget: {result.objects:,} objects); figures cover what was reached")
+    if result.skipped:
+        advice.append(f"{result.skipped} object(s) could not be inspected and were skipped")
+    return MemcheckResult(
+        expr=expr,
+        tensors=sum(s.tensors for s in stats),
+        bytes=sum(s.tensor_bytes for s in stats),
+        graph_tensors=sum(s.graph_tensors for s in stats),
+        graph_nodes=sum(s.graph_nodes for s in stats),
+        retained_bytes=sum(s.retained_bytes for s in stats),
+        devices=tuple(result.devices),
+        truncated=result.truncated or result.findings_truncated,
+        findings=tuple(result.findings),
+        advice=tuple(advice),
+        estimated=any(s.graph_estimated for s in stats),
+        skipped_objects=result.skipped,
+        suspects=tuple(suspects) if namespace else (),
+        elapsed_s=result.elapsed_s,
+    )
+
