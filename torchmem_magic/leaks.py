@@ -142,6 +142,7 @@ def memcheck_result(expr: str, result: ScanResult, sources: list[str], namespace
         advice.insert(0, f"{expr or 'the namespace'} holds no tensors")
     if result.truncated:
         advice.append(f"the scan stopped early (budget: {result.objects:,} objects); figures cover what was reached")
+        advice.extend(result.notes[:5])
     if result.skipped:
         advice.append(f"{result.skipped} object(s) could not be inspected and were skipped")
     return MemcheckResult(

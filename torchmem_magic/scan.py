@@ -140,6 +140,7 @@ class Budget:
         max_depth: int = 24,
         graph_node_cap: int = 20_000,
         max_findings: int = 1_000,
+        max_children: int = 10_000,
     ) -> None:
         self.time_s = time_s
         self.max_objects = max_objects
@@ -147,6 +148,7 @@ class Budget:
         self.max_depth = max_depth
         self.graph_node_cap = graph_node_cap
         self.max_findings = max_findings
+        self.max_children = max_children
 
 
 _MODULE_INTERNALS = re.compile(r"\._(?:modules|parameters|buffers)\[('([^']*)'|\"([^\"]*)\")\]")
@@ -382,11 +384,34 @@ class Scanner:
                 if depth >= budget.max_depth:
                     stats.truncated = self.truncated = True
                     continue
-                for child, child_path in self._children(obj, category, path):
-                    if self._category(type(child)) not in (ATOMIC, SKIP) and id(child) not in self._visited:
-                        stack.append((child, child_path, depth + 1))
+                stack.extend(reversed(self._expandable_children(obj, category, path, depth + 1, stats)))
             except Exception:  # introspection of this object failed: skip it, count it
                 self.skipped += 1
+
+    def _expandable_children(
+        self, obj: Any, category: str, path: str, depth: int, stats: RootStats
+    ) -> list[tuple[Any, str, int]]:
+        """Children worth visiting, in order. Past `max_children` non-tensor children of one container,
+        only tensors are still taken, so one huge container cannot starve its siblings."""
+        out = []
+        others = 0
+        limit = self.budget.max_children
+        for i, (child, child_path) in enumerate(self._children(obj, category, path)):
+            child_category = self._category(type(child))
+            if child_category in (ATOMIC, SKIP) or id(child) in self._visited:
+                continue
+            if child_category != TENSOR:
+                others += 1
+                if others > limit:
+                    if others == limit + 1:
+                        stats.truncated = self.truncated = True
+                        self.notes.append(f"{path}: only its first {limit:,} non-tensor items were scanned")
+                    continue
+            out.append((child, child_path, depth))
+            if i % 65536 == 65535 and self._out_of_time():
+                stats.truncated = self.truncated = True
+                break
+        return out
 
     # ------------------------------------------------------------------ autograd graphs
     def _saved_attributes(self, node: Any) -> tuple[str, ...]:
@@ -484,6 +509,18 @@ class Scanner:
         return nodes, saved_bytes, None
 
     @staticmethod
+    def _oldest_node(entries: list[_Tensor]) -> float:
+        numbers = []
+        for entry in entries:
+            grad_fn = entry.tensor.grad_fn
+            if grad_fn is not None:
+                try:
+                    numbers.append(int(grad_fn._sequence_nr()))
+                except Exception:
+                    pass
+        return min(numbers, default=float("inf"))
+
+    @staticmethod
     def _chain_estimate(node: Any) -> int:
         """Nodes left behind the cap, from autograd sequence numbers (nodes are numbered as created)."""
         try:
@@ -503,6 +540,10 @@ class Scanner:
         started = time.perf_counter()
         self._deadline = started + self.budget.time_s
         stats_by_name: dict[str, RootStats] = {}
+        # a tensor reachable from several names is counted for the first: containers before bare
+        # tensors (the `loss` of the last step also sits in `history`), user names before caches
+        kind_order = {"user": 0, "output-cache": 1, "traceback": 2}
+        roots = sorted(roots, key=lambda r: (kind_order.get(r.kind, 3), self._category(type(r.obj)) == TENSOR))
         for root in roots:
             stats = stats_by_name.get(root.name)
             if stats is None:
@@ -513,8 +554,10 @@ class Scanner:
         by_root: dict[str, list[_Tensor]] = {}
         for entry in self._tensors:
             by_root.setdefault(entry.root.name, []).append(entry)
-        # after all roots are traversed: saved tensors reachable directly are not "kept by the graph"
-        for name, entries in by_root.items():
+        # after all roots are traversed: saved tensors reachable directly are not "kept by the graph".
+        # Oldest graphs first: where two names share a graph (`h` carried across steps and this
+        # step's `loss = head(h)`), the older one is the holder of the shared part.
+        for name, entries in sorted(by_root.items(), key=lambda item: self._oldest_node(item[1])):
             self._walk_graphs(stats_by_name[name], entries, seen_nodes)
         findings = self._findings()
         result = ScanResult(

@@ -46,7 +46,7 @@ def test_synthetic_leak_of_1mb_per_step_is_measured_as_such() -> None:
     if report.heap is None:
         pytest.skip("no heap counters on this platform")
     assert report.heap.per_step_bytes == pytest.approx(1 << 20, rel=0.2)
-    assert report.ram.per_step_bytes == pytest.approx(1 << 20, rel=0.2)  # touched pages are resident
+    # (RSS may stay flat here: glibc can serve the new tensors from pages earlier tests freed)
 
 
 def test_clean_loop_grows_by_almost_nothing() -> None:
