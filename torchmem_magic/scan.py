@@ -22,6 +22,7 @@ import time
 import types
 from collections import deque
 from collections.abc import Iterator
+from itertools import count, repeat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ TRACEBACK = "traceback"
 GENERATOR = "generator"
 EXCEPTION = "exception"
 OBJECT = "object"
+INDEX, KEY, ATTR, SUFFIX = "index", "key", "attr", "suffix"
 
 _ATOMIC_TYPES = (int, float, complex, bool, str, bytes, bytearray, type(None), range, slice, type(Ellipsis))
 _SKIP_TYPES: tuple[type, ...] = (
@@ -241,76 +243,78 @@ class Scanner:
             return repr(key)
         return f"<{_type_name(type(key))}>"
 
-    def _children(self, obj: Any, category: str, path: str) -> Iterator[tuple[Any, str]]:
+    # Children come as (child, how, token); the path text is only built for children worth visiting:
+    # "[i]" index, "[key]" mapping key, ".name" attribute, or a literal suffix.
+    def _children(self, obj: Any, category: str) -> Iterator[tuple[Any, str, Any]]:
         if category == SEQUENCE:
             cls = type(obj)
             base = list if issubclass(cls, list) else tuple if issubclass(cls, tuple) else deque
             fields = _lookup_in_type(cls, "_fields") if base is tuple else None
             if isinstance(fields, tuple) and all(type(f) is str for f in fields):
                 for name, item in zip(fields, base.__iter__(obj)):
-                    yield item, f"{path}.{name}"
+                    yield item, ATTR, name
             else:
                 for i, item in enumerate(base.__iter__(obj)):
-                    yield item, f"{path}[{i}]"
+                    yield item, INDEX, i
         elif category == MAPPING:
             for key, value in dict.items(obj):
-                yield value, f"{path}[{self._key_text(key)}]"
+                yield value, KEY, key
                 if type(key) not in _ATOMIC_TYPES:
-                    yield key, f"{path}.keys()[{self._key_text(key)}]"
+                    yield key, SUFFIX, f".keys()[{self._key_text(key)}]"
         elif category == SET:
             base = set if issubclass(type(obj), set) else frozenset
             for item in base.__iter__(obj):
-                yield item, f"{path}{{…}}"
+                yield item, SUFFIX, "{…}"
         elif category == FUNCTION:
             for i, cell in enumerate(_function_closure(obj) or ()):
                 try:
-                    yield _cell_contents(cell), f"{path}.__closure__[{i}]"
+                    yield _cell_contents(cell), SUFFIX, f".__closure__[{i}]"
                 except ValueError:  # empty cell
                     pass
             for i, value in enumerate(_function_defaults(obj) or ()):
-                yield value, f"{path}.__defaults__[{i}]"
+                yield value, SUFFIX, f".__defaults__[{i}]"
         elif category == METHOD:
-            yield _method_self(obj), f"{path}.__self__"
-            yield _method_func(obj), f"{path}.__func__"
+            yield _method_self(obj), ATTR, "__self__"
+            yield _method_func(obj), ATTR, "__func__"
         elif category == CELL:
             try:
-                yield _cell_contents(obj), f"{path}.cell_contents"
+                yield _cell_contents(obj), ATTR, "cell_contents"
             except ValueError:
                 pass
         elif category == FRAME:
             for name, value in dict.items(_frame_locals(obj)):
-                yield value, f"{path}.f_locals[{name!r}]"
+                yield value, SUFFIX, f".f_locals[{name!r}]"
         elif category == TRACEBACK:
             frame = _tb_frame(obj)
             code_name = types.CodeType.co_name.__get__(types.FrameType.f_code.__get__(frame))  # type: ignore[attr-defined]
             for name, value in dict.items(_frame_locals(frame)):
-                yield value, f"{path}<frame {code_name}>.f_locals[{name!r}]"
+                yield value, SUFFIX, f"<frame {code_name}>.f_locals[{name!r}]"
             following = _tb_next(obj)
             if following is not None:
-                yield following, f"{path}.tb_next"
+                yield following, ATTR, "tb_next"
         elif category == GENERATOR:
             frame_attr = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame"}.get(type(obj), "ag_frame")
             frame = _lookup_in_type(type(obj), frame_attr).__get__(obj)
             if frame is not None:
                 for name, value in dict.items(_frame_locals(frame)):
-                    yield value, f"{path}.{frame_attr}.f_locals[{name!r}]"
+                    yield value, SUFFIX, f".{frame_attr}.f_locals[{name!r}]"
         elif category == EXCEPTION:
             for attr in ("__traceback__", "__context__", "__cause__", "args"):
                 value = _EXCEPTION_GETTERS[attr](obj)
                 if value is not None:
-                    yield value, f"{path}.{attr}"
-            yield from self._object_children(obj, path)
+                    yield value, ATTR, attr
+            yield from self._object_children(obj)
         elif category == OBJECT:
-            yield from self._object_children(obj, path)
+            yield from self._object_children(obj)
 
-    def _object_children(self, obj: Any, path: str) -> Iterator[tuple[Any, str]]:
+    def _object_children(self, obj: Any) -> Iterator[tuple[Any, str, Any]]:
         cls = type(obj)
         descriptor = _lookup_in_type(cls, "__dict__")
         if type(descriptor) is types.GetSetDescriptorType:  # the C instance-dict getter, nothing else
             instance_dict = descriptor.__get__(obj)
             if type(instance_dict) is dict:
                 for name, value in dict.items(instance_dict):
-                    yield value, f"{path}.{name}" if type(name) is str else f"{path}[{self._key_text(name)}]"
+                    yield value, (ATTR if type(name) is str else KEY), name
         for klass in _type_mro(cls):
             slots = _type_dict(klass).get("__slots__")
             if slots is None:
@@ -319,9 +323,18 @@ class Scanner:
                 member = _type_dict(klass).get(slot)
                 if type(member) is types.MemberDescriptorType:
                     try:
-                        yield member.__get__(obj), f"{path}.{slot}"
+                        yield member.__get__(obj), ATTR, slot
                     except AttributeError:  # unset slot
                         pass
+
+    def _child_path(self, path: str, how: str, token: Any) -> str:
+        if how == INDEX:
+            return f"{path}[{token}]"
+        if how == KEY:
+            return f"{path}[{self._key_text(token)}]"
+        if how == ATTR:
+            return f"{path}.{token}"
+        return path + token
 
     # ------------------------------------------------------------------ tensors
     def _storage(self, t: Any) -> tuple[Any, int]:
@@ -396,9 +409,19 @@ class Scanner:
         out = []
         others = 0
         limit = self.budget.max_children
-        for i, (child, child_path) in enumerate(self._children(obj, category, path)):
-            child_category = self._category(type(child))
-            if child_category in (ATOMIC, SKIP) or id(child) in self._visited:
+        categories = self._categories
+        cls = type(obj)
+        if cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
+            items: Any = zip(obj, repeat(INDEX), count())
+        elif cls is dict:
+            items = zip(obj.values(), repeat(KEY), obj.keys())
+        else:
+            items = self._children(obj, category)
+        for i, (child, how, token) in enumerate(items):
+            if how is KEY and cls is dict and type(token) not in _ATOMIC_TYPES and id(token) not in self._visited:
+                out.append((token, f"{path}.keys()[{self._key_text(token)}]", depth))  # e.g. optimizer state
+            child_category = categories.get(type(child)) or self._category(type(child))
+            if child_category is ATOMIC or child_category is SKIP or id(child) in self._visited:
                 continue
             if child_category != TENSOR:
                 others += 1
@@ -407,7 +430,7 @@ class Scanner:
                         stats.truncated = self.truncated = True
                         self.notes.append(f"{path}: only its first {limit:,} non-tensor items were scanned")
                     continue
-            out.append((child, child_path, depth))
+            out.append((child, self._child_path(path, how, token), depth))
             if i % 65536 == 65535 and self._out_of_time():
                 stats.truncated = self.truncated = True
                 break
