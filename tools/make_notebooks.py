@@ -92,6 +92,12 @@ QUICKSTART = [
         "      f\"leaky {leaky.heap.per_step_bytes / 1024:.1f} KiB\")"
     ),
     new_markdown_cell(
+        "Under the report, **What keeps memory alive** names `val_outputs`: a list holding tensors whose "
+        "autograd graphs retain the activations saved for backward, how much deleting it would free, and "
+        "the fix, found in the cell's own code. `%memcheck` explains one variable in detail:"
+    ),
+    new_code_cell("%memcheck val_outputs"),
+    new_markdown_cell(
         "**The fix** is one line: wrap validation in `with torch.no_grad():` (or keep `model(x).detach()` / "
         "`.argmax(1)` instead of the raw output). Then free what the leaky run kept:"
     ),
@@ -112,6 +118,98 @@ QUICKSTART = [
 ]
 
 
+CLASSIC_LEAKS = [
+    new_markdown_cell(
+        "# The classic PyTorch memory leaks, found and fixed\n\n"
+        "Each section makes one leak on purpose, lets `%%memwatch` / `%memcheck` name the variable that holds "
+        "the memory, and applies the one-line fix it suggests."
+    ),
+    new_code_cell(
+        "%load_ext torchmem_magic\n"
+        "import torch, torchmem_magic\n"
+        "torch.manual_seed(0)\n"
+        "torch.set_num_threads(1)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "def batch(n=64):\n"
+        "    return torch.randn(n, 256), torch.randint(0, 10, (n,))"
+    ),
+    new_markdown_cell(
+        "## 1. Logging the loss tensor instead of its value\n"
+        "`history.append(loss)` keeps every step's loss *tensor*, and with it the nodes of its autograd graph. "
+        "Backward already freed the saved activations, so this leak is slow — a few KiB a step — and it is "
+        "exactly the kind that takes hours to kill a run."
+    ),
+    new_code_cell(
+        "%%memwatch --no-plot\n"
+        "history = []\n"
+        "for step in range(300):\n"
+        "    x, y = batch()\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    history.append(loss)"
+    ),
+    new_code_cell("[(s.name, s.kind, s.fix) for s in torchmem_magic.last_report().suspects]"),
+    new_markdown_cell("The fix is the line the report printed: `history.append(loss.item())`."),
+    new_markdown_cell(
+        "## 2. Summing losses into a tensor\n"
+        "`total_loss += loss` builds one ever-longer autograd chain. `%memcheck` walks only part of very long "
+        "chains (touching too many nodes from Python can crash their deletion) and says its figure is an estimate."
+    ),
+    new_code_cell(
+        "total_loss = 0\n"
+        "for step in range(2000):\n"
+        "    x, y = batch(8)\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n"
+        "    total_loss += loss\n"
+        "%memcheck total_loss"
+    ),
+    new_code_cell("total_loss = total_loss.item()  # the fix: keep a float"),
+    new_markdown_cell(
+        "## 3. A hidden state that is never detached\n"
+        "Truncated backpropagation through time needs `h = h.detach()` between chunks. Without it, every "
+        "step's graph stays attached to the next."
+    ),
+    new_code_cell(
+        "%%memwatch --no-plot\n"
+        "cell = torch.nn.RNNCell(64, 512)\n"
+        "h = torch.zeros(32, 512)\n"
+        "for step in range(50):\n"
+        "    h = cell(torch.randn(32, 64), h)\n"
+        "    h.pow(2).mean().backward(retain_graph=True)"
+    ),
+    new_code_cell("[(s.name, s.kind, s.fix) for s in torchmem_magic.last_report().suspects]"),
+    new_code_cell("h = h.detach()  # what the fix does at every step: cut the graph"),
+    new_markdown_cell(
+        "## 4. A big result kept by the output cache\n"
+        "Displaying a value stores it in `Out`, `_N`, `_` and hidden copies. `del` of your own name does not "
+        "free it."
+    ),
+    new_code_cell("embeddings = torch.randn(4096, 2048)  # 32 MiB\nembeddings"),
+    new_code_cell("del embeddings\n%memcheck"),
+    new_code_cell("torchmem_magic.release_output_cache()  # bytes freed"),
+    new_markdown_cell(
+        "## 5. An exception that keeps its frames\n"
+        "After an error, IPython keeps the traceback for `%debug` — and every local of every frame in it."
+    ),
+    new_code_cell(
+        "def train_step():\n"
+        "    activations = torch.randn(4096, 2048)  # 32 MiB\n"
+        "    raise ValueError('loss is nan')\n"
+        "try:\n"
+        "    train_step()\n"
+        "except ValueError:\n"
+        "    import sys\n"
+        "    sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()  # what IPython does for an error\n"
+        "%memcheck"
+    ),
+    new_code_cell("torchmem_magic.release_last_exception()  # bytes freed"),
+]
+
+
 def write(name: str, cells: list) -> None:
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -121,3 +219,4 @@ def write(name: str, cells: list) -> None:
 
 if __name__ == "__main__":
     write("01_memwatch_quickstart.ipynb", QUICKSTART)
+    write("02_classic_leaks.ipynb", CLASSIC_LEAKS)

@@ -76,6 +76,10 @@ def notebook_roots(shell: Any) -> list[Root]:
 
 
 def recent_sources(shell: Any, cells: int = 20) -> list[str]:
-    """The last cells' source, newest first (where a fix's line is looked for)."""
-    history = shell.user_ns.get("In") or []
+    """The last cells' source as typed, newest first (where a fix's line is looked for).
+
+    The raw history, not `In`: in `In` a cell magic's body is a string inside `run_cell_magic(...)`.
+    """
+    manager = getattr(shell, "history_manager", None)
+    history = getattr(manager, "input_hist_raw", None) or shell.user_ns.get("In") or []
     return [cell for cell in reversed(history[-cells:]) if isinstance(cell, str)]

@@ -64,6 +64,17 @@ _cell_contents = types.CellType.cell_contents.__get__  # type: ignore[attr-defin
 _frame_locals = types.FrameType.f_locals.__get__  # type: ignore[attr-defined]
 _tb_frame = types.TracebackType.tb_frame.__get__  # type: ignore[attr-defined]
 _tb_next = types.TracebackType.tb_next.__get__  # type: ignore[attr-defined]
+_frame_globals = types.FrameType.f_globals.__get__  # type: ignore[attr-defined]
+
+
+def _function_locals(frame: Any) -> list[tuple[str, Any]]:
+    """A frame's locals; none for module-level frames, whose locals are the namespace scanned anyway."""
+    local_vars = _frame_locals(frame)
+    if type(local_vars) is not dict or local_vars is _frame_globals(frame):
+        return []
+    return list(dict.items(local_vars))
+
+
 _EXCEPTION_GETTERS = {name: BaseException.__dict__[name].__get__ for name in ("__traceback__", "__context__", "__cause__", "args")}
 
 
@@ -282,12 +293,12 @@ class Scanner:
             except ValueError:
                 pass
         elif category == FRAME:
-            for name, value in dict.items(_frame_locals(obj)):
+            for name, value in _function_locals(obj):
                 yield value, SUFFIX, f".f_locals[{name!r}]"
         elif category == TRACEBACK:
             frame = _tb_frame(obj)
             code_name = types.CodeType.co_name.__get__(types.FrameType.f_code.__get__(frame))  # type: ignore[attr-defined]
-            for name, value in dict.items(_frame_locals(frame)):
+            for name, value in _function_locals(frame):
                 yield value, SUFFIX, f"<frame {code_name}>.f_locals[{name!r}]"
             following = _tb_next(obj)
             if following is not None:

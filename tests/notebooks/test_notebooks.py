@@ -47,3 +47,16 @@ def test_quickstart_shows_the_leak_against_the_clean_loop(quickstart: nbformat.N
     script = quickstart.cells[-1]
     assert "(64, 1)" in _text(script)  # 4096 / 64 steps, one epoch
     json.dumps(quickstart)  # the executed notebook stays serialisable
+
+
+def test_classic_leaks_notebook_names_each_holder_and_its_fix() -> None:
+    nb = nbformat.read(NOTEBOOKS / "02_classic_leaks.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    text = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
+    assert "history.append(loss.item())  # was: history.append(loss)" in text
+    assert "total_loss += loss.item()  # was: total_loss += loss" in text
+    assert "h = cell(torch.randn(32, 64), h.detach())" in text
+    assert "Out (output-cache): 32.0 MiB retained" in text
+    assert "sys.last_traceback (traceback): 32.0 MiB retained" in text
+    freed = [int(_text(c)) for c in nb.cells if c.cell_type == "code" and c.source.startswith("torchmem_magic.release")]
+    assert len(freed) == 2 and all(f >= 30 << 20 for f in freed)  # each fix really gave back the 32 MiB

@@ -159,15 +159,16 @@ def status_line(status: LiveStatus) -> str:
 # ----------------------------------------------------------------------------- suspects
 
 
-def suspects_text(suspects: tuple[Suspect, ...] | list[Suspect]) -> list[str]:
+def suspects_text(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool = True) -> list[str]:
+    """`in_cell`: the suspects come from a %%memwatch cell, so "new in cell" means something."""
     if not suspects:
         return []
     lines = ["  holders of tensors / autograd graphs, largest first:"]
     for s in suspects:
-        new = "new in cell" if s.new_in_cell else "existed before"
+        new = (", new in cell" if s.new_in_cell else ", existed before") if in_cell else ""
         lines.append(
-            f"    {s.name} ({s.kind}): {format_bytes(s.retained_bytes)} retained, {s.tensors:,} tensors, "
-            f"{s.graph_nodes:,} graph nodes, {new} — e.g. {s.path}"
+            f"    {s.name} ({s.kind}): {format_bytes(s.retained_bytes)} retained, {_count(s.tensors, 'tensor')}, "
+            f"{s.graph_nodes:,} graph nodes{new} — e.g. {s.path}"
         )
         lines.append(f"      fix: {s.fix}")
     return lines
@@ -182,9 +183,10 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect]) -> str:
+def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool = True) -> str:
     if not suspects:
         return ""
+    header = ["name", "kind", "tensors", "graph nodes", "retained", *(["new in cell"] if in_cell else []), "fix"]
     rows = [
         [
             f"<b>{html.escape(s.name)}</b><br><small>{html.escape(s.path)}</small>",
@@ -192,14 +194,12 @@ def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect]) -> str:
             f"{s.tensors:,}",
             f"{s.graph_nodes:,}",
             html.escape(format_bytes(s.retained_bytes)),
-            "yes" if s.new_in_cell else "no",
+            *(["yes" if s.new_in_cell else "no"] if in_cell else []),
             f"<code>{html.escape(s.fix)}</code>",
         ]
         for s in suspects
     ]
-    return "<div class='torchmem-suspects'><b>What keeps memory alive</b>" + _table(
-        ["name", "kind", "tensors", "graph nodes", "retained", "new in cell", "fix"], rows
-    ) + "</div>"
+    return "<div class='torchmem-suspects'><b>What keeps memory alive</b>" + _table(header, rows) + "</div>"
 
 
 # ----------------------------------------------------------------------------- memcheck
@@ -260,7 +260,7 @@ def memcheck_text(result: MemcheckResult) -> str:
             + (f"  grad_fn={row['grad_fn']}, {row['graph_nodes']:,} nodes" if row["grad_fn"] else "")
             + f"  retains {format_bytes(row['retained_bytes'])}"  # type: ignore[arg-type]
         )
-    lines += suspects_text(result.suspects)
+    lines += suspects_text(result.suspects, in_cell=False)
     lines += [f"  → {a}" for a in result.advice]
     return "\n".join(lines)
 
@@ -286,7 +286,7 @@ def memcheck_html(result: MemcheckResult) -> str:
         "<div class='torchmem-memcheck'>"
         f"<b>{esc(_memcheck_headline(result))}</b>"
         + (table if rows else "")
-        + suspects_html(result.suspects)
+        + suspects_html(result.suspects, in_cell=False)
         + (f"<ul>{advice}</ul>" if advice else "")
         + "</div>"
     )
