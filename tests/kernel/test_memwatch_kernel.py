@@ -63,7 +63,8 @@ def test_counts_steps_and_epochs_exactly_and_streams_live(kernel: Kernel) -> Non
     loop_done = _index_of_stdout(execution, "loop done")
     live = [i for i in updates if i < loop_done]
     assert len(live) >= 2, "the figure must update while the loop still runs"
-    assert all(i < execution.reply_index for i in updates)
+    # iopub and shell are separate sockets, so only the live updates are sure to precede the reply
+    assert sum(i < execution.reply_index for i in updates) >= 2
     # bounded payload: every curve update is at most 2,000 points per series
     for i in updates:
         shape = execution.iopub[i]["content"]["data"]["state"]["y"]["shape"]
