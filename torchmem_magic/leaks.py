@@ -66,6 +66,13 @@ def fix_for(stats: RootStats, kind: str, sources: list[str]) -> str:
         found = fix_append(container, "detach", sources)
         where = f" (it fills it with `{found.before}`)" if found else ""
         return f"wrap the code that fills {container} in `with torch.no_grad():`{where}"
+    if kind == "tensor-cache":  # no graphs: the tensors themselves are the memory
+        if stats.scalar_tensors == stats.tensors:
+            return _with_line(fix_append(container, "item", sources), f"{container}.append(x.item())  # store numbers")
+        return (
+            f"keep only what you need: a rolling window `{container} = collections.deque(maxlen=100)`, "
+            f"summaries instead of whole tensors, or `del {stats.name}` when done"
+        )
     method = "item" if stats.scalar_tensors == stats.tensors else "detach"
     return _with_line(
         fix_append(container, method, sources),

@@ -76,7 +76,12 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     page.wait_for_selector(".torchmem-report")
     report = page.inner_text(".torchmem-report")
     assert "memwatch: ok · 48 steps · 6 epochs" in report and "heap in use" in report
+    suspects = page.inner_text(".torchmem-suspects")
+    assert "What keeps memory alive" in suspects and "kept" in suspects and "tensor-cache" in suspects
+    assert "collections.deque(maxlen=100)" in suspects
     legend = page.inner_text(".jp-Notebook .bqplot.figure")
     assert "RAM (process tree)" in legend and "heap in use" in legend
     assert "48" in page.inner_text(".jp-Notebook .jp-OutputArea-executeResult")
     page.screenshot(path=str(ARTIFACTS / "live_done.png"), full_page=True)
+    page.locator(".torchmem-report").scroll_into_view_if_needed()
+    page.locator(".torchmem-report").screenshot(path=str(ARTIFACTS / "report.png"))

@@ -58,3 +58,13 @@ def test_classification() -> None:
     assert classify(_stats(tensors=10, tensor_bytes=8 << 20, holder="Sequential")) is None  # a model is no cache
     assert classify(_stats(kind="output-cache", tensors=1)) == "output-cache"
     assert classify(_stats(kind="traceback", tensors=0)) is None
+
+
+def test_tensor_cache_fix_does_not_suggest_detach() -> None:
+    from torchmem_magic.leaks import fix_for
+
+    stats = _stats(tensors=10, tensor_bytes=8 << 20)
+    stats.first_tensor_path = "x[0]"
+    assert "deque(maxlen=100)" in fix_for(stats, "tensor-cache", ["x.append(torch.ones(3))"])
+    stats.scalar_tensors = 10
+    assert fix_for(stats, "tensor-cache", ["x.append(acc)"]).startswith("x.append(acc.item())")
