@@ -7,7 +7,7 @@ field says otherwise in its metadata, so each class states its schema once, in i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 SCHEMA_VERSION = 1
 
@@ -39,6 +39,30 @@ class _SchemaDict:
             if key is not None:
                 out[key] = _plain(getattr(self, f.name))
         return out
+
+
+class _TopLevelResult(_SchemaDict):
+    """A result users hold: versioned `to_dict()`, text repr and HTML repr (render.text functions)."""
+
+    _text_renderer: ClassVar[str]
+    _html_renderer: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable data following SPEC.md schema 1 (plus documented extra keys)."""
+        return {"schema": SCHEMA_VERSION, **super().to_dict()}
+
+    def __str__(self) -> str:
+        from .render import text
+
+        return str(getattr(text, self._text_renderer)(self))
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        from .render import text
+
+        return str(getattr(text, self._html_renderer)(self))
 
 
 @dataclass(frozen=True)
@@ -145,7 +169,7 @@ class TensorFinding(_SchemaDict):
 
 
 @dataclass(frozen=True)
-class MemcheckResult(_SchemaDict):
+class MemcheckResult(_TopLevelResult):
     """What `%memcheck EXPR` / `memcheck(obj)` found (SPEC.md memcheck schema 1).
 
     `retained_bytes` is what deleting the checked object would free: tensors counted once by
@@ -168,25 +192,12 @@ class MemcheckResult(_SchemaDict):
     suspects: tuple[Suspect, ...] = ()  # whole-namespace checks: per-name holders, largest first
     elapsed_s: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA_VERSION, **super().to_dict()}
-
-    def __str__(self) -> str:
-        from .render.text import memcheck_text
-
-        return memcheck_text(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        from .render.text import memcheck_html
-
-        return memcheck_html(self)
+    _text_renderer: ClassVar[str] = "memcheck_text"
+    _html_renderer: ClassVar[str] = "memcheck_html"
 
 
 @dataclass(frozen=True)
-class Report(_SchemaDict):
+class Report(_TopLevelResult):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured.
 
     Attributes:
@@ -218,19 +229,5 @@ class Report(_SchemaDict):
     error: str | None = None  # "ExceptionType: message" when status is not ok
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable data, SPEC.md schema 1 (plus a few documented extra keys)."""
-        return {"schema": SCHEMA_VERSION, **super().to_dict()}
-
-    def __str__(self) -> str:
-        from .render.text import report_text
-
-        return report_text(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        from .render.text import report_html
-
-        return report_html(self)
+    _text_renderer: ClassVar[str] = "report_text"
+    _html_renderer: ClassVar[str] = "report_html"
