@@ -56,6 +56,9 @@ class _TopLevelResult(_SchemaDict):
 
         return str(getattr(text, self._text_renderer)(self))
 
+    def __repr__(self) -> str:
+        return str(self)
+
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
 
@@ -168,7 +171,7 @@ class TensorFinding(_SchemaDict):
     retained_bytes: int = field(metadata={"key": "retained_bytes"})  # storage counted here + its graph
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MemcheckResult(_TopLevelResult):
     """What `%memcheck EXPR` / `memcheck(obj)` found (SPEC.md memcheck schema 1).
 
@@ -196,7 +199,7 @@ class MemcheckResult(_TopLevelResult):
     _html_renderer: ClassVar[str] = "memcheck_html"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Report(_TopLevelResult):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured.
 

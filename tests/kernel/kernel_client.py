@@ -47,7 +47,7 @@ class Execution:
 class Kernel:
     def __init__(self) -> None:
         self.km = KernelManager(kernel_name="python3")
-        self.km.kernel_spec  # resolve now: fails early if ipykernel is missing
+        # this interpreter (the project's venv), whatever kernelspecs the machine has
         self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         self.km.start_kernel(extra_arguments=[])
         self.kc = self.km.client()

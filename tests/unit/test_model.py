@@ -52,3 +52,10 @@ def test_text_and_html_reprs() -> None:
     for label in ("RAM (process tree)", "heap in use", "VRAM allocated", "shm (/dev/shm)", "DataLoader workers"):
         assert label in text and label in report._repr_html_()
     assert "<script" not in report._repr_html_()
+
+
+def test_ipython_pretty_printing_uses_the_text_report() -> None:
+    from IPython.lib.pretty import pretty
+
+    assert pretty(full_report()).startswith("memwatch: ok · 10 steps")
+    assert repr(full_report()) == str(full_report())

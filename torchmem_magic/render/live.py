@@ -17,7 +17,7 @@ import bqplot
 import ipywidgets
 import numpy as np
 
-from ..timeline import DecimatingSeries, EpochMarker
+from ..timeline import DecimatingSeries
 from .text import status_line
 
 if TYPE_CHECKING:
