@@ -164,10 +164,12 @@ def test_hostile_objects_end_within_budget_in_the_kernel(k: Kernel) -> None:
         "        while True: pass\n"
         "evil = Evil(); evil.t = torch.ones(3)\n"
         "loop = [torch.ones(2)]; loop.append(loop)\n"
-        "million = {i: str(i) for i in range(1_000_000)}"
+        "million = {i: object() for i in range(1_000_000)}"
     )
     result = k.value("get_ipython().run_line_magic('memcheck', '-o [evil, loop, million]').to_dict()")
-    assert result["tensors"] == 2
+    assert result["tensors"] == 2 and result["truncated"]
+    assert any("[2]: only its first 10,000 non-tensor items were scanned" in a for a in result["advice"])
+    assert k.value("get_ipython().run_line_magic('memcheck', '-o [evil, loop, million]').elapsed_s") < 2.0
     assert k.value("get_ipython().run_line_magic('memcheck', '-o').to_dict()['tensors']") >= 2
     k.ok("del evil, loop, million")
 
