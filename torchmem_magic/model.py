@@ -230,6 +230,9 @@ class Report(_TopLevelResult):
     suspects: tuple[Suspect, ...] = ()
     advice: tuple[str, ...] = ()
     error: str | None = None  # "ExceptionType: message" when status is not ok
+    seconds_to_exhaustion: float | None = None  # steps_to_exhaustion at the run's step rate
+    per_step_error_bytes: float | None = None  # uncertainty of the leaking resource's per-step growth
+    sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each sporadic jump lies in
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
     _text_renderer: ClassVar[str] = "report_text"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .analysis import growth_per_step
+from .detect import Series, Verdict, decide
 from .leaks import baseline_of, suspects_from_scan
 from .model import HeapSummary, RamSummary, Report, ShmSummary, Status, Suspect, VramSummary, WorkerSummary
 from .scan import Budget, Root, scan_roots
@@ -25,7 +26,10 @@ from .timeline import NAN, Timeline
 DEFAULT_INTERVAL_MS = 100.0
 STEP_BUDGET = 0.003  # the step-aligned sample may cost at most ~0.3% of a step (measured cost; cache effects double it)
 MAX_STEP_STRIDE = 1024
+DENSE_STEPS = 64
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
+LIVE_VERDICT_STEPS = 30
+LIVE_VERDICT_PERIOD_S = 1.0
 START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals are needed
 END_SCAN_BUDGET = Budget(time_s=1.0)
 
@@ -57,6 +61,7 @@ class LiveStatus:
     ram_per_step: float | None
     heap_per_step: float | None
     vram_per_step: float | None
+    verdict: str | None = None  # the verdict as it forms (from LIVE_VERDICT_STEPS steps on)
 
     @property
     def steps_per_s(self) -> float:
@@ -137,6 +142,7 @@ class MemwatchSession:
         self._roots = roots
         self._sources = list(sources or [])
         self._baseline: dict[str, int] | None = None
+        self._live_verdict_cache: tuple[float, str] | None = None
         self.timeline = Timeline()
         self.steps = 0
         self.report: Report | None = None
@@ -155,6 +161,7 @@ class MemwatchSession:
         self._step_stride = 1
         self._step_cost_s = self._drain_cost_s = 0.0
         self._last_step_sample_s: float | None = None
+        self._last_sampled_step = 0
 
     # ------------------------------------------------------------------ sampling
     def _elapsed_s(self) -> float:
@@ -181,9 +188,10 @@ class MemwatchSession:
         """Optimizer step hook, on the training thread: must stay cheap.
 
         Reads only the ~1 µs counters (kernel RSS, heap, VRAM); children and shm come from the last
-        background tick. The row is queued for the sampler thread, which does the bookkeeping. When
-        steps are so fast that even this would cost more than STEP_BUDGET of the step time, only
-        every `stride`-th step is sampled (the series stays step-aligned, just thinner).
+        background tick. The row is queued for the sampler thread, which does the bookkeeping. After
+        the first DENSE_STEPS, when steps are so fast that even this would cost more than
+        STEP_BUDGET of the step time, only every `stride`-th step is sampled (the series stays
+        step-aligned, just thinner).
         """
         self.steps += 1
         self._steps_to_sample -= 1
@@ -200,12 +208,14 @@ class MemwatchSession:
         ))
         cost_s = time.thread_time() - cpu_started
         previous, self._last_step_sample_s = self._last_step_sample_s, started
+        steps_between, self._last_sampled_step = self.steps - self._last_sampled_step, self.steps
         self._step_cost_s = 0.8 * self._step_cost_s + 0.2 * cost_s
-        step_s = 0.0 if previous is None else (started - previous) / self._step_stride
+        step_s = 0.0 if previous is None else (started - previous) / steps_between
         if step_s > 0:  # from the second sampled step on: the first has no step period yet
             cost_s = self._step_cost_s + self._drain_cost_s
             self._step_stride = max(1, min(MAX_STEP_STRIDE, math.ceil(cost_s / (STEP_BUDGET * step_s))))
-        self._steps_to_sample = self._step_stride
+        # the first DENSE_STEPS are all sampled (a one-off few ms) so a verdict can form early
+        self._steps_to_sample = 1 if self.steps < DENSE_STEPS else self._step_stride
 
     def _drain_step_rows(self) -> None:
         """Sampler thread: file the queued step rows; what that costs per row counts against the budget."""
@@ -326,6 +336,52 @@ class MemwatchSession:
             ram_per_step=growth_per_step(by_step, "ram_bytes", 256),
             heap_per_step=growth_per_step(by_step, "heap_bytes", 256),
             vram_per_step=growth_per_step(by_step, "vram_allocated_bytes", 256),
+            verdict=self._live_verdict(),
+        )
+
+    def _live_verdict(self) -> str | None:
+        """A short verdict for the status line, recomputed at most once a second (sampler thread)."""
+        if self.steps < LIVE_VERDICT_STEPS:
+            return None
+        now = time.perf_counter()
+        if self._live_verdict_cache is None or now - self._live_verdict_cache[0] >= LIVE_VERDICT_PERIOD_S:
+            v = self.verdict(max_points=64)
+            text = v.verdict if v.leak_kind is None else f"{v.verdict}: {v.leak_kind} in {v.resource}"
+            self._live_verdict_cache = (now, text)
+        return self._live_verdict_cache[1]
+
+    def verdict(
+        self,
+        vram_limit_bytes: float | None = None,
+        shm_limit_bytes: float | None = None,
+        graph_holders: list[str] | None = None,
+        max_points: int = 200,
+    ) -> Verdict:
+        """The leak detector on this session's step-aligned series (see detect.py)."""
+        columns = self.timeline.by_step.columns(
+            "step", "heap_bytes", "ram_bytes", "vram_allocated_bytes", "vram_reserved_bytes", "shm_used_bytes"
+        )
+        steps = columns["step"]
+        ram_limit = float(self._limit.limit_bytes)
+        heap, ram = columns["heap_bytes"], columns["ram_bytes"]
+        # the OOM killer counts resident memory: heap growth exhausts the headroom RSS has left
+        rss_above_heap = ram[-1] - heap[-1] if len(heap) and heap[-1] == heap[-1] else 0.0
+        series = [
+            Series("heap", steps, heap, ram_limit - rss_above_heap),
+            Series("ram", steps, ram, ram_limit),
+        ]
+        if any(v == v for v in columns["vram_allocated_bytes"]):
+            series.append(Series("vram", steps, columns["vram_allocated_bytes"], vram_limit_bytes))
+            series.append(Series("vram_reserved", steps, columns["vram_reserved_bytes"], vram_limit_bytes))
+        if any(v == v for v in columns["shm_used_bytes"]):
+            series.append(Series("shm", steps, columns["shm_used_bytes"], shm_limit_bytes))
+        elapsed = self._elapsed_s() if self._ended_s is None else self._ended_s - (self._started_s or 0.0)
+        return decide(
+            [s for s in series if any(v == v for v in s.values)],
+            epoch_steps=[m.step + 1 for m in self.timeline.epochs],
+            steps_per_s=self.steps / elapsed if elapsed > 0 else None,
+            graph_suspects=graph_holders or (),
+            max_points=max_points,
         )
 
     def _peak(self, column: str) -> float:
@@ -405,19 +461,35 @@ class MemwatchSession:
                 pids_seen=len(self._tree.worker_pids_seen),
             )
         assert self._started_s is not None and self._ended_s is not None
+        wall_s = self._ended_s - self._started_s
+        vram = self._vram_summary()
+        graph_holders = [s.name for s in suspects if s.kind == "autograd-graph" and s.new_in_cell]
+        verdict = self.verdict(
+            vram_limit_bytes=None if vram is None else vram.limit_bytes,
+            shm_limit_bytes=None if shm is None else shm.limit_bytes,
+            graph_holders=graph_holders,
+        )
         return Report(
             status=status,
-            wall_s=self._ended_s - self._started_s,
+            wall_s=wall_s,
             samples=by_time.count,
             interval_s=self.interval_s,
             steps=self.steps,
             epochs=self.timeline.epoch_count,
             ram=ram,
             heap=heap,
-            vram=self._vram_summary(),
+            vram=vram,
             shm=shm,
             workers=workers,
+            verdict=verdict.verdict,  # type: ignore[arg-type]
+            leak_kind=verdict.leak_kind,
+            resource=verdict.resource,
+            steps_to_exhaustion=verdict.steps_to_exhaustion,
             suspects=suspects,
+            advice=verdict.advice,
+            seconds_to_exhaustion=verdict.seconds_to_exhaustion,
+            per_step_error_bytes=verdict.per_step_error_bytes,
+            sporadic_steps=verdict.sporadic_steps,
             error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
             timeline=self.timeline,
         )

@@ -102,9 +102,9 @@ def report_text(report: Report) -> str:
         lines.append(("  " + "  ".join(cells) + "  " + row[5]).rstrip())
     if report.steps < 3:
         lines.append("  growth per step needs at least 3 optimizer steps")
+    lines.append(f"  verdict: {report.verdict}")
+    lines += [f"  → {advice}" for advice in report.advice]
     lines += suspects_text(report.suspects)
-    for advice in report.advice:
-        lines.append(f"  → {advice}")
     return "\n".join(lines)
 
 
@@ -124,12 +124,15 @@ def report_html(report: Report) -> str:
         f"<div style='color:#b00'>stopped by {esc(report.error)}</div>" if report.error and report.status != "ok" else ""
     )
     advice = "".join(f"<li>{esc(a)}</li>" for a in report.advice)
+    colour = {"leak": "#b00", "suspect": "#b60", "clean": "#070"}.get(report.verdict, "#666")
     return (
         "<div class='torchmem-report'>"
         f"<b>{esc(_headline(report))}</b>{error}"
         f"<table><thead><tr><th></th>{head}<th></th></tr></thead><tbody>{body}</tbody></table>"
-        + suspects_html(report.suspects)
+        f"<div class='torchmem-verdict'>verdict: <b style='color:{colour}'>{esc(report.verdict)}</b>"
         + (f"<ul>{advice}</ul>" if advice else "")
+        + "</div>"
+        + suspects_html(report.suspects)
         + "</div>"
     )
 
@@ -153,6 +156,8 @@ def status_line(status: LiveStatus) -> str:
         parts.append(f"shm {format_bytes(status.shm_used_bytes)}")
     if status.workers:
         parts.append(f"{status.workers} workers")
+    if status.verdict:
+        parts.append(f"verdict so far: {status.verdict}")
     return " · ".join(parts)
 
 

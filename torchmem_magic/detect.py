@@ -1,0 +1,286 @@
+"""Leak verdicts from step-aligned memory series (pure: no I/O, no torch, no IPython).
+
+For each resource the series is memory after each sampled optimizer step against the step index.
+
+1. Warm-up: level changes in the first steps (the optimizer's state at step 1, caches that fill
+   and then stay flat) are found from the jumps themselves and cut off.
+2. Per-iteration leak: a Theil–Sen slope (median of pairwise slopes) after warm-up, significant
+   against the series' own noise (a robust residual scale) *and* with a total growth that noise
+   alone cannot make (`MIN_TOTAL_BYTES` and 6 noise scales).
+3. Per-epoch leak: most of the growth happens across epoch boundaries (a validation pass that
+   keeps its outputs) while the steps inside an epoch are flat: a staircase.
+4. Sporadic leak: a few steps carry the growth as jumps that never come back; they are named.
+5. Not leaks: plateaus, sawtooth temporaries (they come back), CUDA reserved growing while
+   allocated is flat (the caching allocator; said as a note).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+MIB = 1 << 20
+MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
+MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
+Z_LEAK = 5.0  # slope / its standard error for "leak"
+Z_SUSPECT = 3.0
+#: priority when several resources leak: heap in use is retention itself; RSS may only be fragmentation
+RESOURCE_ORDER = ("heap", "vram", "ram", "shm")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One resource's step-aligned samples: steps (x) and bytes (y), plus what the limit is."""
+
+    resource: str  # "heap", "ram", "vram", "vram_reserved", "shm"
+    steps: Sequence[float]
+    values: Sequence[float]
+    limit_bytes: float | None = None  # exhaustion point (RAM limit, device memory, /dev/shm size)
+
+
+@dataclass(frozen=True)
+class ResourceFinding:
+    resource: str
+    verdict: str  # "leak", "suspect", "clean", "unknown"
+    leak_kind: str | None
+    per_step_bytes: float | None
+    per_step_error_bytes: float | None
+    warmup_steps: int
+    noise_bytes: float
+    total_growth_bytes: float
+    sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each jump may have happened at
+    steps_to_exhaustion: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    leak_kind: str | None
+    resource: str | None
+    per_step_bytes: float | None
+    per_step_error_bytes: float | None
+    steps_to_exhaustion: float | None
+    seconds_to_exhaustion: float | None
+    advice: tuple[str, ...]
+    findings: tuple[ResourceFinding, ...] = field(default=())
+
+    @property
+    def sporadic_steps(self) -> tuple[tuple[int, int], ...]:
+        chosen = next((f for f in self.findings if f.leak_kind == "sporadic" and f.resource == self.resource), None)
+        return () if chosen is None else chosen.sporadic_steps
+
+
+def _clean(series: Series) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for x, y in zip(series.steps, series.values):
+        if not (math.isnan(x) or math.isnan(y)):
+            xs.append(float(x))
+            ys.append(float(y))
+    return xs, ys
+
+
+def _mad(values: Sequence[float]) -> float:
+    if not values:
+        return 0.0
+    center = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - center) for v in values)
+
+
+def theil_sen(xs: Sequence[float], ys: Sequence[float], max_points: int = 200) -> tuple[float, float]:
+    """(slope, intercept): median of all pairwise slopes over an even subsample of the points."""
+    n = len(xs)
+    if n > max_points:
+        idx = [round(i * (n - 1) / (max_points - 1)) for i in range(max_points)]
+        xs, ys = [xs[i] for i in idx], [ys[i] for i in idx]
+        n = max_points
+    slopes = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(n) for j in range(i + 1, n) if xs[j] != xs[i]
+    ]
+    slope = statistics.median(slopes) if slopes else 0.0
+    intercept = statistics.median(y - slope * x for x, y in zip(xs, ys))
+    return slope, intercept
+
+
+WARMUP_WINDOW = 10  # the optimizer's state (step 1) and filling caches show within the first steps
+
+
+def warmup_length(ys: Sequence[float], noise: float) -> int:
+    """Points to drop at the start: up to the last large jump within the first few steps."""
+    window = max(3, min(WARMUP_WINDOW, len(ys) // 5))
+    diffs = [abs(ys[i + 1] - ys[i]) for i in range(min(window, len(ys) - 1))]
+    threshold = max(8 * noise, 256 * 1024)
+    last_jump = -1
+    for i, d in enumerate(diffs):
+        if d > threshold:
+            last_jump = i
+    return last_jump + 1 + (1 if last_jump >= 0 else 0)
+
+
+def _noise(ys: Sequence[float]) -> float:
+    """A robust scale of step-to-step noise: MAD of first differences / sqrt(2)."""
+    diffs = [ys[i + 1] - ys[i] for i in range(len(ys) - 1)]
+    return _mad(diffs) / math.sqrt(2)
+
+
+def _persistent_jumps(xs: list[float], ys: list[float], noise: float) -> list[int]:
+    """Indices of up-jumps far above the noise whose new level holds (median after vs before)."""
+    out = []
+    threshold = max(8 * noise, 256 * 1024)
+    for i in range(1, len(ys)):
+        jump = ys[i] - ys[i - 1]
+        if jump <= threshold:
+            continue
+        after = ys[i : i + 5]
+        before = ys[max(0, i - 5) : i]
+        if statistics.median(after) - statistics.median(before) > 0.5 * jump:
+            out.append(i)
+    return out
+
+
+def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200) -> ResourceFinding:
+    """The verdict for one resource (`max_points` bounds the Theil–Sen cost: ~n²/2 slopes)."""
+    xs, ys = _clean(series)
+    noise_all = _noise(ys) if len(ys) > 2 else 0.0
+    warmup = warmup_length(ys, noise_all) if len(ys) > MIN_STEPS else 0
+    xs, ys = xs[warmup:], ys[warmup:]
+    if len(ys) < MIN_STEPS:
+        return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0)
+    noise = _noise(ys)
+    slope, intercept = theil_sen(xs, ys, max_points)
+    residual_scale = _mad([y - (intercept + slope * x) for x, y in zip(xs, ys)])
+    x_mean = statistics.fmean(xs)
+    spread = math.sqrt(sum((x - x_mean) ** 2 for x in xs)) or 1.0
+    error = max(residual_scale, noise, 1.0) / spread
+    total = slope * (xs[-1] - xs[0])
+    big_enough = total > max(MIN_TOTAL_BYTES, 6 * max(noise, residual_scale))
+    jumps = _persistent_jumps(xs, ys, noise)
+    jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
+    boundary = {i for i in range(1, len(xs)) if any(xs[i - 1] < e <= xs[i] for e in epoch_steps)}
+    boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
+    net = ys[-1] - ys[0]
+
+    def finding(verdict: str, kind: str | None, sporadic: tuple[tuple[int, int], ...] = ()) -> ResourceFinding:
+        exhaustion = None
+        if verdict in ("leak", "suspect") and series.limit_bytes and slope > 0:
+            exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / slope)
+        return ResourceFinding(series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion)
+
+    if net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net:
+        within = [ys[i] - ys[i - 1] for i in range(1, len(ys)) if i not in boundary]
+        if abs(sum(within)) < 0.3 * net:
+            starts = sorted(e for e in epoch_steps if xs[0] <= e <= xs[-1])
+            epoch_length = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else xs[-1] - xs[0]
+            slope = boundary_growth / len(boundary) / max(epoch_length, 1.0)  # per-epoch growth, spread per step
+            return finding("leak", "per-epoch")
+    if jumps and len(jumps) <= max(3, len(ys) // 5) and jump_growth > 0.7 * max(net, 1.0) and net > MIN_TOTAL_BYTES:
+        # with thinned sampling a jump is only known to lie between two sampled steps
+        ranges = tuple((int(xs[i - 1]) + 1, int(xs[i])) for i in jumps)
+        slope = net / (xs[-1] - xs[0])
+        return finding("leak", "sporadic", ranges)
+    z = slope / error
+    if big_enough and z >= Z_LEAK:
+        return finding("leak", "per-iteration")
+    if big_enough and z >= Z_SUSPECT:
+        return finding("suspect", "per-iteration")
+    return finding("clean", None)
+
+
+def _format_bytes(value: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1024)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def _format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+_KILLED_BY = {
+    "heap": "this kernel is OOM-killed",
+    "ram": "this kernel is OOM-killed",
+    "vram": "CUDA runs out of memory",
+    "shm": "/dev/shm fills up (DataLoader workers die with a bus error)",
+}
+
+
+def decide(
+    series: Sequence[Series],
+    epoch_steps: Sequence[float] = (),
+    steps_per_s: float | None = None,
+    graph_suspects: Sequence[str] = (),
+    max_points: int = 200,
+) -> Verdict:
+    """The run's verdict from every resource's series, plus the leak finder's evidence.
+
+    Args:
+        series: step-aligned series ("heap", "ram", "vram", "vram_reserved", "shm").
+        epoch_steps: step counts at which each epoch (DataLoader iterator) started.
+        steps_per_s: to turn steps until exhaustion into wall-clock time.
+        graph_suspects: names holding autograd graphs that grew in the cell (makes at least "suspect").
+    """
+    by_resource = {s.resource: s for s in series}
+    findings = {name: analyse(s, epoch_steps, max_points) for name, s in by_resource.items()}
+    advice: list[str] = []
+    reserved, allocated = findings.get("vram_reserved"), findings.get("vram")
+    if reserved and allocated and reserved.verdict in ("leak", "suspect") and allocated.verdict == "clean":
+        advice.append(
+            "CUDA reserved memory grows while allocated memory is flat: that is the caching allocator "
+            "(or fragmentation), not a leak. torch.cuda.empty_cache() returns it; "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
+        )
+    heap, ram = findings.get("heap"), findings.get("ram")
+    if ram and ram.verdict == "leak" and heap and heap.verdict == "clean":
+        advice.append(
+            "RSS grows while the heap in use is flat: freed memory the allocator keeps (fragmentation), "
+            "not retention. ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back."
+        )
+    chosen = None
+    for name in RESOURCE_ORDER:
+        f = findings.get(name)
+        if f is None or f.verdict not in ("leak", "suspect"):
+            continue
+        if name == "ram" and heap and heap.verdict == "clean":
+            continue  # explained above: fragmentation
+        if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
+            chosen = f
+    relevant = [f for f in findings.values() if f.resource != "vram_reserved"]
+    if chosen is None:
+        if graph_suspects:
+            advice.insert(0, f"{', '.join(graph_suspects)} holds autograd graphs that grew in this cell; "
+                          "the curves cannot show it yet")
+            return Verdict("suspect", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
+        if relevant and all(f.verdict == "unknown" for f in relevant):
+            warm = max((f.warmup_steps for f in relevant), default=0)
+            advice.insert(0, f"too few optimizer steps for a verdict: needs at least {MIN_STEPS + warm} sampled steps")
+            return Verdict("unknown", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
+        return Verdict("clean", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
+    seconds = None
+    if chosen.steps_to_exhaustion is not None and steps_per_s:
+        seconds = chosen.steps_to_exhaustion / steps_per_s
+    headline = (
+        f"{chosen.leak_kind} leak in {chosen.resource}: {_format_bytes(chosen.per_step_bytes or 0)}/step"
+        + (f" ± {_format_bytes(chosen.per_step_error_bytes or 0)}" if chosen.leak_kind == "per-iteration" else "")
+    )
+    if chosen.sporadic_steps:
+        named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]
+        headline += f", at steps {', '.join(named)}"
+    advice.insert(0, headline)
+    if chosen.steps_to_exhaustion is not None:
+        when = f"~{chosen.steps_to_exhaustion:,.0f} steps" + (f" (~{_format_duration(seconds)})" if seconds else "")
+        advice.insert(
+            1,
+            f"at {_format_bytes(chosen.per_step_bytes or 0)}/step {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}",
+        )
+    verdict = chosen.verdict
+    return Verdict(
+        verdict, chosen.leak_kind, chosen.resource if chosen.resource != "vram_reserved" else "vram",
+        chosen.per_step_bytes, chosen.per_step_error_bytes, chosen.steps_to_exhaustion, seconds,
+        tuple(advice), tuple(findings.values()),
+    )
