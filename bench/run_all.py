@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import costs  # noqa: E402
 import overhead  # noqa: E402
 import scan_speed  # noqa: E402
+import verdicts  # noqa: E402
 import torch  # noqa: E402
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def render() -> str:
@@ -68,14 +68,21 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    table = render()
-    text = README.read_text()
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+def replace_section(text: str, name: str, body: str) -> str:
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no {START} ... {END} section")
-    README.write_text(pattern.sub(lambda _: f"{START}\n{table}\n{END}", text))
-    print(table)
+        raise SystemExit(f"README.md has no {start} ... {end} section")
+    return pattern.sub(lambda _: f"{start}\n{body}\n{end}", text)
+
+
+def main() -> None:
+    tables = {"bench": render(), "verdicts": verdicts.main()}
+    text = README.read_text()
+    for name, body in tables.items():
+        text = replace_section(text, name, body)
+        print(body)
+    README.write_text(text)
 
 
 if __name__ == "__main__":

@@ -62,3 +62,22 @@ def test_payload_stays_bounded_for_a_long_run() -> None:
     figure.x_toggle.value = "time"
     figure._draw(session, final=False)
     assert len(figure.lines.x) <= MAX_POINTS and np.asarray(figure.lines.y).shape[1] == len(figure.lines.x)
+
+
+def test_status_line_shows_the_verdict_as_it_forms() -> None:
+    figure = LiveFigure()
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = []
+    seen = []
+    with MemwatchSession(10, listener=figure):
+        for step in range(90):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+            kept.append(torch.ones(1 << 18))  # 1 MiB a step
+            time.sleep(0.01)
+            if step in (20, 89):
+                seen.append(figure.status.value)
+    assert "verdict so far" not in seen[0]  # before step 30: no verdict yet
+    assert "verdict so far: leak: per-iteration in heap" in figure.status.value
