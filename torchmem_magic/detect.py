@@ -220,7 +220,7 @@ def decide(
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
     Args:
-        series: step-aligned series ("heap", "ram", "vram", "vram_reserved", "shm").
+        series: step-aligned series ("heap", "ram", "workers", "vram", "vram_reserved", "shm").
         epoch_steps: step counts at which each epoch (DataLoader iterator) started.
         steps_per_s: to turn steps until exhaustion into wall-clock time.
         graph_suspects: names holding autograd graphs that grew in the cell (makes at least "suspect").
@@ -235,8 +235,14 @@ def decide(
             "(or fragmentation), not a leak. torch.cuda.empty_cache() returns it; "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
         )
-    heap, ram = findings.get("heap"), findings.get("ram")
-    if ram and ram.verdict == "leak" and heap and heap.verdict == "clean":
+    heap, ram, workers = findings.get("heap"), findings.get("ram"), findings.get("workers")
+    if workers and workers.verdict in ("leak", "suspect") and heap and heap.verdict == "clean":
+        advice.append(
+            f"DataLoader workers' memory grows ({_format_bytes(workers.per_step_bytes or 0)}/step, by PSS) while "
+            "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "
+            "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays avoid it."
+        )
+    elif ram and ram.verdict == "leak" and heap and heap.verdict == "clean":
         advice.append(
             "RSS grows while the heap in use is flat: freed memory the allocator keeps (fragmentation), "
             "not retention. ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back."
@@ -247,10 +253,10 @@ def decide(
         if f is None or f.verdict not in ("leak", "suspect"):
             continue
         if name == "ram" and heap and heap.verdict == "clean":
-            continue  # explained above: fragmentation
+            continue  # explained above: fragmentation or the workers' copy-on-access
         if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
             chosen = f
-    relevant = [f for f in findings.values() if f.resource != "vram_reserved"]
+    relevant = [f for f in findings.values() if f.resource not in ("vram_reserved", "workers")]
     if chosen is None:
         if graph_suspects:
             advice.insert(0, f"{', '.join(graph_suspects)} holds autograd graphs that grew in this cell; "

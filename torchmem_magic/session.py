@@ -359,7 +359,8 @@ class MemwatchSession:
     ) -> Verdict:
         """The leak detector on this session's step-aligned series (see detect.py)."""
         columns = self.timeline.by_step.columns(
-            "step", "heap_bytes", "ram_bytes", "vram_allocated_bytes", "vram_reserved_bytes", "shm_used_bytes"
+            "step", "heap_bytes", "ram_bytes", "workers_bytes", "vram_allocated_bytes", "vram_reserved_bytes",
+            "shm_used_bytes",
         )
         steps = columns["step"]
         ram_limit = float(self._limit.limit_bytes)
@@ -370,6 +371,8 @@ class MemwatchSession:
             Series("heap", steps, heap, ram_limit - rss_above_heap),
             Series("ram", steps, ram, ram_limit),
         ]
+        if any(v > 0 for v in columns["workers_bytes"]):
+            series.append(Series("workers", steps, columns["workers_bytes"], ram_limit))
         if any(v == v for v in columns["vram_allocated_bytes"]):
             series.append(Series("vram", steps, columns["vram_allocated_bytes"], vram_limit_bytes))
             series.append(Series("vram_reserved", steps, columns["vram_reserved_bytes"], vram_limit_bytes))
@@ -464,8 +467,12 @@ class MemwatchSession:
         wall_s = self._ended_s - self._started_s
         vram = self._vram_summary()
         graph_holders = [s.name for s in suspects if s.kind == "autograd-graph" and s.new_in_cell]
+        vram_limit = None
+        if vram is not None:  # headroom: what the driver says is free, plus what the cache holds unused
+            free = [d.free_bytes for d in vram.per_device]
+            vram_limit = vram.reserved_end_bytes + sum(free) if free and None not in free else vram.limit_bytes
         verdict = self.verdict(
-            vram_limit_bytes=None if vram is None else vram.limit_bytes,
+            vram_limit_bytes=vram_limit,
             shm_limit_bytes=None if shm is None else shm.limit_bytes,
             graph_holders=graph_holders,
         )

@@ -109,3 +109,11 @@ def test_exhaustion_in_steps_and_time_said_plainly() -> None:
 def test_rss_growth_with_flat_heap_is_fragmentation() -> None:
     v = decide([series(noisy(100, 8 * 1024, seed=12)), series(noisy(100, 8 * 1024, seed=13, per_step=MIB), "ram")])
     assert v.verdict == "clean" and any("malloc_trim" in a for a in v.advice)
+
+
+def test_worker_growth_with_flat_heap_is_explained_not_called_a_kernel_leak() -> None:
+    heap = series(noisy(100, 8 * 1024, seed=14))
+    workers = series(noisy(100, 8 * 1024, seed=15, per_step=MIB), "workers")
+    ram = series(noisy(100, 8 * 1024, seed=16, per_step=MIB), "ram")
+    v = decide([heap, ram, workers])
+    assert v.verdict == "clean" and any("copy-on-access" in a for a in v.advice)
