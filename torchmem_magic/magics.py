@@ -19,7 +19,7 @@ from IPython.display import display
 from .leaks import memcheck_result
 from .notebook import notebook_roots, recent_sources
 from .scan import Root, scan_roots
-from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
+from .session import DEFAULT_INTERVAL_MS, MemwatchSession, StopTraining, active_session
 
 
 def widgets_available(shell: Any) -> bool:
@@ -117,10 +117,14 @@ class MemwatchMagics(Magics):
                 ) from None
             raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
         if figure is not None:
+            figure.attach(session)
             display(figure.widget)
         try:
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
+        except StopTraining as exc:  # the Stop button: a clean end, reported, no traceback
+            self._show(session.stop(exc), args, plot)
+            return None
         except BaseException as exc:
             if session.running:
                 self._show(session.stop(exc), args, plot)

@@ -34,6 +34,14 @@ START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals 
 END_SCAN_BUDGET = Budget(time_s=1.0)
 
 
+class StopTraining(KeyboardInterrupt):
+    """Raised at an optimizer-step boundary when the user asked to stop (the Stop button).
+
+    A KeyboardInterrupt, so `except Exception` in user code does not swallow it; %%memwatch ends
+    the cell quietly after reporting.
+    """
+
+
 class Listener(Protocol):
     """Receives live updates. `on_tick` runs on the sampler thread only (one writer);
     `on_finish` runs on the caller's thread after the sampler has stopped."""
@@ -143,6 +151,8 @@ class MemwatchSession:
         self._sources = list(sources or [])
         self._baseline: dict[str, int] | None = None
         self._live_verdict_cache: tuple[float, str] | None = None
+        self._requests: deque[Callable[[], None]] = deque()  # actions to run at the next step boundary
+        self._stop_requested = False
         self.timeline = Timeline()
         self.steps = 0
         self.report: Report | None = None
@@ -194,6 +204,8 @@ class MemwatchSession:
         step-aligned, just thinner).
         """
         self.steps += 1
+        if self._requests or self._stop_requested:
+            self._run_requests()
         self._steps_to_sample -= 1
         if self._steps_to_sample > 0:
             return
@@ -216,6 +228,27 @@ class MemwatchSession:
             self._step_stride = max(1, min(MAX_STEP_STRIDE, math.ceil(cost_s / (STEP_BUDGET * step_s))))
         # the first DENSE_STEPS are all sampled (a one-off few ms) so a verdict can form early
         self._steps_to_sample = 1 if self.steps < DENSE_STEPS else self._step_stride
+
+    def request(self, action: Callable[[], None]) -> None:
+        """Run `action` at the next optimizer-step boundary, on the training thread (thread-safe).
+
+        This is how a button clicked mid-run acts without racing the training loop."""
+        self._requests.append(action)
+
+    def request_stop(self) -> None:
+        """End the block at the next optimizer-step boundary (StopTraining); the report still renders."""
+        self._stop_requested = True
+
+    def _run_requests(self) -> None:
+        while self._requests:
+            action = self._requests.popleft()
+            try:
+                action()
+            except Exception as exc:  # an action must never break the user's loop
+                self._hooks.last_callback_error = f"{type(exc).__name__}: {exc}"
+        if self._stop_requested:
+            self._stop_requested = False
+            raise StopTraining(f"stopped with the Stop button after step {self.steps}")
 
     def _drain_step_rows(self) -> None:
         """Sampler thread: file the queued step rows; what that costs per row counts against the budget."""

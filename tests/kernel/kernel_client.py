@@ -98,6 +98,41 @@ class Kernel:
         execution = self.ok(f"import json as _j; print(_j.dumps({expr}))")
         return json.loads(execution.stdout.strip().splitlines()[-1])
 
+    def send_comm(self, comm_id: str, data: dict[str, Any], subshell_id: str | None = None) -> str:
+        """Send a widget message the way JupyterLab does (optionally to a kernel subshell)."""
+        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+        if subshell_id is not None:
+            msg["header"]["subshell_id"] = subshell_id
+        self.kc.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
+
+    def click(self, comm_id: str, subshell_id: str | None = None) -> str:
+        return self.send_comm(comm_id, {"method": "custom", "content": {"event": "click"}}, subshell_id)
+
+    def create_subshell(self) -> str:
+        msg = self.kc.session.msg("create_subshell_request", {})
+        self.kc.control_channel.send(msg)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            reply = self.kc.get_control_msg(timeout=30)
+            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                return reply["content"]["subshell_id"]
+        raise TimeoutError("no create_subshell_reply")
+
+    def iopub_until(self, predicate: Any, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Collect iopub messages (any parent) until `predicate(msg)` holds; returns them all."""
+        seen = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            seen.append(msg)
+            if predicate(msg):
+                return seen
+        raise TimeoutError("iopub condition not met")
+
     def shutdown(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)

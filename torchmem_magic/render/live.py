@@ -18,6 +18,7 @@ import ipywidgets
 import numpy as np
 
 from ..timeline import DecimatingSeries
+from .controls import Controls
 from .text import status_line
 
 if TYPE_CHECKING:
@@ -95,10 +96,20 @@ class LiveFigure:
         self.x_toggle.observe(self._on_toggle, names="value")
         self.x_toggle.layout = ipywidgets.Layout(flex="0 0 auto")
         self.status.layout = ipywidgets.Layout(flex="1 1 auto", margin="0 0 0 1em")
+        self.controls = Controls()
         self.widget = ipywidgets.VBox(
-            [ipywidgets.HBox([self.x_toggle, self.status], layout=ipywidgets.Layout(align_items="center")), self.figure],
+            [
+                ipywidgets.HBox([self.x_toggle, self.status], layout=ipywidgets.Layout(align_items="center")),
+                self.figure,
+                self.controls.widget,
+            ],
             layout=ipywidgets.Layout(width="100%"),
         )
+
+    def attach(self, session: MemwatchSession) -> None:
+        """Called on the main thread before the session starts: the buttons can reach it."""
+        self._session = session
+        self.controls.attach(session)
 
     # ---------------------------------------------------------------- Listener
     def on_tick(self, session: MemwatchSession) -> None:
@@ -108,6 +119,7 @@ class LiveFigure:
     def on_finish(self, session: MemwatchSession, report: Report) -> None:
         self._session = session
         self._draw(session, final=True, report=report)
+        self.controls.finish(report)
 
     def _on_toggle(self, change: Any) -> None:
         session = self._session

@@ -1,0 +1,126 @@
+"""Buttons under the live figure: gc + empty_cache, return heap to OS, release notebook caches,
+Stop, and the multiprocessing sharing strategy.
+
+A click is handled wherever the kernel delivers it. While the cell runs that is a kernel subshell
+(ipykernel >= 7 with a front end that routes widget messages there, e.g. JupyterLab 4.6), so the
+handler only *queues* the action; it runs at the next optimizer-step boundary on the training thread.
+Otherwise the click arrives when the cell has ended and acts at once.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets
+
+from .. import actions
+from .text import format_bytes
+
+if TYPE_CHECKING:
+    from ..model import Report
+    from ..session import MemwatchSession
+
+
+def mid_run_clicks_possible() -> bool:
+    """True when this kernel can run a comm message while a cell is busy (kernel subshells)."""
+    try:
+        from ipykernel.kernelbase import Kernel
+
+        kernel = Kernel.instance() if Kernel.initialized() else None
+    except ImportError:
+        return False
+    return bool(kernel is not None and getattr(kernel, "_supports_kernel_subshells", False))
+
+
+def _route_to_senders_subshell(widget: ipywidgets.Widget) -> None:
+    """Let the kernel deliver this widget's messages to the subshell the front end sent them on.
+
+    ipykernel 7 routes an incoming comm message to the subshell the comm last *published* from (the
+    busy main shell, for a widget displayed by the cell), so a click would wait for the cell. Honouring
+    the sender's subshell makes it arrive mid-run. Private API: only where it exists (feature-detected).
+    """
+    comm = getattr(widget, "comm", None)
+    if comm is not None and callable(getattr(comm, "_reply_subshell_for", None)):
+        comm._reply_subshell_for = lambda data, default: default
+
+
+class Controls:
+    """The row of buttons and the line that says what the last action did."""
+
+    def __init__(self) -> None:
+        self._session: MemwatchSession | None = None
+        self._suspects: tuple[Any, ...] = ()
+        layout = ipywidgets.Layout(width="auto")
+        self.gc_button = ipywidgets.Button(description="gc + empty_cache", icon="recycle", layout=layout,
+                                           tooltip="gc.collect(), and torch.cuda.empty_cache() if CUDA is in use")
+        self.trim_button = ipywidgets.Button(description="return heap to OS", layout=layout,
+                                             tooltip="glibc malloc_trim(0): RSS drops to what is really in use")
+        self.release_button = ipywidgets.Button(description="release notebook caches", layout=layout,
+                                                tooltip="Out/_/__/___ and their hidden copies, the last traceback")
+        self.stop_button = ipywidgets.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
+                                             layout=layout, tooltip="end the loop at the next optimizer step")
+        info = actions.sharing_info()
+        self.strategy = ipywidgets.Dropdown(options=list(info.strategies), value=info.strategy,
+                                            description="sharing:", layout=ipywidgets.Layout(width="220px"))
+        self.result = ipywidgets.HTML()
+        self.note = ipywidgets.HTML(
+            "<small>buttons act mid-run, at the next optimizer step</small>" if mid_run_clicks_possible()
+            else "<small>this kernel handles clicks when the cell has finished</small>"
+        )
+        self.gc_button.on_click(lambda _: self._act(self._collect))
+        self.trim_button.on_click(lambda _: self._act(actions.return_heap_to_os))
+        self.release_button.on_click(lambda _: self._act(actions.release_notebook_caches))
+        self.stop_button.on_click(lambda _: self._stop())
+        self.strategy.observe(self._on_strategy, names="value")
+        if mid_run_clicks_possible():
+            for control in (self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy):
+                _route_to_senders_subshell(control)
+        self.widget = ipywidgets.VBox([
+            ipywidgets.HBox([self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy]),
+            ipywidgets.HBox([self.result, self.note]),
+        ])
+
+    # --------------------------------------------------------------- session lifecycle
+    def attach(self, session: MemwatchSession) -> None:
+        self._session = session
+        self.stop_button.disabled = False
+
+    def finish(self, report: Report) -> None:
+        self._session = None
+        self._suspects = report.suspects
+        self.stop_button.disabled = True
+
+    # --------------------------------------------------------------- actions
+    def _collect(self) -> actions.ActionResult:
+        result = actions.collect_garbage()
+        if result.heap_freed < 1 << 20 and self._suspects:
+            held = ", ".join(f"{s.name} ({format_bytes(s.retained_bytes)})" for s in self._suspects[:3])
+            result = actions.ActionResult(**{**result.__dict__, "note": f"{result.note}; still held by {held}"})
+        return result
+
+    def _act(self, action: Callable[[], Any]) -> None:
+        session = self._session
+        if session is not None and session.running:
+            self._show("queued: runs at the next optimizer step")
+            session.request(lambda: self._show(str(action())))
+        else:
+            self._show(str(action()))
+
+    def _stop(self) -> None:
+        session = self._session
+        if session is not None and session.running:
+            session.request_stop()
+            self._show("stopping at the next optimizer step")
+
+    def _on_strategy(self, change: Any) -> None:
+        try:
+            info = actions.set_sharing_strategy(change["new"])
+        except ValueError as exc:
+            self._show(str(exc))
+            return
+        self._show(f"{info} (applies to DataLoaders created from now on)")
+
+    def _show(self, text: str) -> None:
+        self.result.value = f"<code>{html.escape(text)}</code>"
