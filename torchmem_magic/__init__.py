@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .actions import release_last_exception, release_output_cache
+from .actions import (
+    collect_garbage,
+    release_last_exception,
+    release_notebook_caches,
+    release_output_cache,
+    return_heap_to_os,
+    set_sharing_strategy,
+    sharing_info,
+)
 from .check import memcheck
 from .model import MemcheckResult, Report
 from .session import MemwatchSession, last_report, memwatch
@@ -17,12 +25,17 @@ __all__ = [
     "MemcheckResult",
     "MemwatchSession",
     "Report",
+    "collect_garbage",
     "last_report",
     "load_ipython_extension",
     "memcheck",
     "memwatch",
     "release_last_exception",
+    "release_notebook_caches",
     "release_output_cache",
+    "return_heap_to_os",
+    "set_sharing_strategy",
+    "sharing_info",
     "unload_ipython_extension",
 ]
 __version__ = "0.1.0"

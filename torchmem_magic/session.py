@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from .analysis import growth_per_step
 from .detect import Series, Verdict, decide
+from .forensics import explain_worker_death, parse_worker_death
 from .leaks import baseline_of, suspects_from_scan
 from .model import HeapSummary, RamSummary, Report, ShmSummary, Status, Suspect, VramSummary, WorkerSummary
 from .scan import Budget, Root, scan_roots
@@ -420,6 +421,23 @@ class MemwatchSession:
             max_points=max_points,
         )
 
+    def _worker_death_advice(self, exc: BaseException | None, ram: RamSummary, shm: ShmSummary | None) -> list[str]:
+        """If the block died because a DataLoader worker was killed: the likely cause, from the curves."""
+        death = None if exc is None else parse_worker_death(str(exc))
+        if death is None:
+            return []
+        by_time = self.timeline.by_time
+        before_end = [v for v in by_time.column("ram_bytes")[-5:] if v == v]  # the last readings before it
+        shm_used = [v for v in by_time.column("shm_used_bytes")[-5:] if v == v]
+        return explain_worker_death(
+            death,
+            ram_bytes=max(before_end, default=float(ram.end_bytes)),
+            ram_limit_bytes=float(ram.limit_bytes),
+            shm_used_bytes=max(shm_used) if shm_used else None,
+            shm_total_bytes=None if shm is None else float(shm.limit_bytes),
+            limit_source=ram.limit_source,
+        )
+
     def _peak(self, column: str) -> float:
         values = [self.timeline.by_time.max(column), self.timeline.by_step.max(column)]
         finite = [v for v in values if not math.isnan(v)]
@@ -504,6 +522,7 @@ class MemwatchSession:
         if vram is not None:  # headroom: what the driver says is free, plus what the cache holds unused
             free = [d.free_bytes for d in vram.per_device]
             vram_limit = vram.reserved_end_bytes + sum(free) if free and None not in free else vram.limit_bytes
+        death_advice = self._worker_death_advice(exc, ram, shm)
         verdict = self.verdict(
             vram_limit_bytes=vram_limit,
             shm_limit_bytes=None if shm is None else shm.limit_bytes,
@@ -526,7 +545,7 @@ class MemwatchSession:
             resource=verdict.resource,
             steps_to_exhaustion=verdict.steps_to_exhaustion,
             suspects=suspects,
-            advice=verdict.advice,
+            advice=(*death_advice, *verdict.advice),
             seconds_to_exhaustion=verdict.seconds_to_exhaustion,
             per_step_error_bytes=verdict.per_step_error_bytes,
             sporadic_steps=verdict.sporadic_steps,

@@ -12,12 +12,17 @@ def test_public_api_is_pinned() -> None:
         "MemcheckResult",
         "MemwatchSession",
         "Report",
+        "collect_garbage",
         "last_report",
         "load_ipython_extension",
         "memcheck",
         "memwatch",
         "release_last_exception",
+        "release_notebook_caches",
         "release_output_cache",
+        "return_heap_to_os",
+        "set_sharing_strategy",
+        "sharing_info",
         "unload_ipython_extension",
     ]
     for name in torchmem_magic.__all__:

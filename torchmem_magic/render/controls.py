@@ -91,6 +91,9 @@ class Controls:
         self._session = None
         self._suspects = report.suspects
         self.stop_button.disabled = True
+        info = actions.sharing_info(workers=report.workers.max_count if report.workers else 0)
+        if info.recommendation:
+            self._show(str(info))
 
     # --------------------------------------------------------------- actions
     def _collect(self) -> actions.ActionResult:
