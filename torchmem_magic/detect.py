@@ -220,7 +220,8 @@ def decide(
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
     Args:
-        series: step-aligned series ("heap", "ram", "workers", "vram", "vram_reserved", "shm").
+        series: step-aligned series ("heap", "ram" (process tree), "rss" (kernel alone), "workers", "vram",
+            "vram_reserved", "shm"). Only heap, vram, ram and shm can be the leaking resource.
         epoch_steps: step counts at which each epoch (DataLoader iterator) started.
         steps_per_s: to turn steps until exhaustion into wall-clock time.
         graph_suspects: names holding autograd graphs that grew in the cell (makes at least "suspect").
@@ -235,14 +236,14 @@ def decide(
             "(or fragmentation), not a leak. torch.cuda.empty_cache() returns it; "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
         )
-    heap, ram, workers = findings.get("heap"), findings.get("ram"), findings.get("workers")
+    heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
     if workers and workers.verdict in ("leak", "suspect") and heap and heap.verdict == "clean":
         advice.append(
             f"DataLoader workers' memory grows ({_format_bytes(workers.per_step_bytes or 0)}/step, by PSS) while "
             "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "
             "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays avoid it."
         )
-    elif ram and ram.verdict == "leak" and heap and heap.verdict == "clean":
+    elif rss and rss.verdict == "leak" and heap and heap.verdict == "clean":
         advice.append(
             "RSS grows while the heap in use is flat: freed memory the allocator keeps (fragmentation), "
             "not retention. ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back."
@@ -252,11 +253,11 @@ def decide(
         f = findings.get(name)
         if f is None or f.verdict not in ("leak", "suspect"):
             continue
-        if name == "ram" and heap and heap.verdict == "clean":
+        if name == "ram" and findings.get("heap") and findings["heap"].verdict == "clean":
             continue  # explained above: fragmentation or the workers' copy-on-access
         if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
             chosen = f
-    relevant = [f for f in findings.values() if f.resource not in ("vram_reserved", "workers")]
+    relevant = [f for f in findings.values() if f.resource not in ("vram_reserved", "workers", "rss")]
     if chosen is None:
         if graph_suspects:
             advice.insert(0, f"{', '.join(graph_suspects)} holds autograd graphs that grew in this cell; "

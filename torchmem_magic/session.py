@@ -393,8 +393,8 @@ class MemwatchSession:
     ) -> Verdict:
         """The leak detector on this session's step-aligned series (see detect.py)."""
         columns = self.timeline.by_step.columns(
-            "step", "heap_bytes", "ram_bytes", "workers_bytes", "vram_allocated_bytes", "vram_reserved_bytes",
-            "shm_used_bytes",
+            "step", "heap_bytes", "ram_bytes", "rss_bytes", "workers_bytes", "vram_allocated_bytes",
+            "vram_reserved_bytes", "shm_used_bytes",
         )
         steps = columns["step"]
         ram_limit = float(self._limit.limit_bytes)
@@ -404,9 +404,11 @@ class MemwatchSession:
         series = [
             Series("heap", steps, heap, ram_limit - rss_above_heap),
             Series("ram", steps, ram, ram_limit),
+            Series("rss", steps, columns["rss_bytes"], ram_limit),
         ]
-        if any(v > 0 for v in columns["workers_bytes"]):
-            series.append(Series("workers", steps, columns["workers_bytes"], ram_limit))
+        first_worker = next((i for i, v in enumerate(columns["workers_bytes"]) if v > 0), None)
+        if first_worker is not None:  # from the first reading on: workers appearing is not growth
+            series.append(Series("workers", steps[first_worker:], columns["workers_bytes"][first_worker:], ram_limit))
         if any(v == v for v in columns["vram_allocated_bytes"]):
             series.append(Series("vram", steps, columns["vram_allocated_bytes"], vram_limit_bytes))
             series.append(Series("vram_reserved", steps, columns["vram_reserved_bytes"], vram_limit_bytes))
