@@ -26,6 +26,7 @@ MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
 MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
 Z_LEAK = 5.0  # slope / its standard error for "leak"
 Z_SUSPECT = 3.0
+COPY_ON_ACCESS_MIN_BYTES = 16 * MIB  # workers' growth below this is page-cache noise, not a dataset copied
 #: priority when several resources leak: heap in use is retention itself; RSS may only be fragmentation
 RESOURCE_ORDER = ("heap", "vram", "ram", "shm")
 
@@ -52,6 +53,7 @@ class ResourceFinding:
     total_growth_bytes: float
     sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each jump may have happened at
     steps_to_exhaustion: float | None = None
+    net_growth_bytes: float = 0.0  # last minus first value after warm-up
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,9 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
         exhaustion = None
         if verdict in ("leak", "suspect") and series.limit_bytes and slope > 0:
             exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / slope)
-        return ResourceFinding(series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion)
+        return ResourceFinding(
+            series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion, net
+        )
 
     if net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net:
         within = [ys[i] - ys[i - 1] for i in range(1, len(ys)) if i not in boundary]
@@ -237,7 +241,10 @@ def decide(
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
         )
     heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
-    if workers and workers.verdict in ("leak", "suspect") and heap and heap.verdict == "clean":
+    if (
+        workers and workers.verdict in ("leak", "suspect") and heap and heap.verdict == "clean"
+        and workers.net_growth_bytes >= COPY_ON_ACCESS_MIN_BYTES
+    ):
         advice.append(
             f"DataLoader workers' memory grows ({_format_bytes(workers.per_step_bytes or 0)}/step, by PSS) while "
             "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "

@@ -60,3 +60,19 @@ def explain_worker_death(
         f"{who}: neither memory nor /dev/shm was near its limit (RAM {ram_share:.0%} of the {limit_source} limit, "
         f"/dev/shm {shm_share:.0%}) — an external kill, or an OOM kill of another group; `dmesg` says which",
     ]
+
+
+SHM_WARNING_SHARE = 0.8
+
+
+def shm_warning(peak_bytes: float, total_bytes: float, path: str = "/dev/shm") -> str | None:
+    """A warning when shared memory came close to full during the run (before it ends in a bus error)."""
+    from .detect import _format_bytes as fmt
+
+    if not total_bytes or peak_bytes < SHM_WARNING_SHARE * total_bytes:
+        return None
+    return (
+        f"{path} reached {peak_bytes / total_bytes:.0%} ({fmt(peak_bytes)} of {fmt(total_bytes)}): when it fills, "
+        "DataLoader workers die with a bus error — give it more room (--shm-size / --ipc=host) or use "
+        "torch.multiprocessing.set_sharing_strategy('file_system')"
+    )

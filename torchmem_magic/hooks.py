@@ -65,6 +65,8 @@ class TrainingHooks:
                 try:
                     on_step()
                 except Exception as exc:
+                    if "DataLoader worker" in str(exc):
+                        raise  # torch's SIGCHLD handler fired while we ran: it is the user's error
                     self._count_error(exc)
 
         self._step_handle = register_optimizer_step_post_hook(step_hook)

@@ -78,6 +78,7 @@ class MemwatchMagics(Magics):
     @argument("-q", "--quiet", action="store_true", help="no live figure and no report output")
     @argument("--device", default=None, help="CUDA device to watch, e.g. cuda:1 (default: all in use)")
     @argument("--no-scan", action="store_true", help="skip the leak finder (no suspects in the report)")
+    @argument("--shm-path", default="/dev/shm", metavar="DIR", help="shared-memory filesystem to watch")
     @cell_magic
     def memwatch(self, line: str, cell: str) -> Any:
         """Run the cell while sampling memory; show a live figure and a report at the end.
@@ -99,6 +100,7 @@ class MemwatchMagics(Magics):
             session = MemwatchSession(
                 args.interval,
                 device=args.device,
+                shm_path=args.shm_path,
                 listener=figure,
                 roots=None if args.no_scan else (lambda: notebook_roots(self.shell)),
                 sources=[cell, *recent_sources(self.shell)],

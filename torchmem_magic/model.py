@@ -131,6 +131,7 @@ class ShmSummary(_SchemaDict):
     strategy: str | None  # torch.multiprocessing sharing strategy
     per_step_bytes: float | None
     path: str
+    torch_segments: int = 0  # torch_* segments in use at the end (named files + unlinked ones held open)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class WorkerSummary(_SchemaDict):
     max_count: int = field(metadata={"key": "max"})  # most workers alive at once
     peak_bytes: int  # peak of their summed memory (PSS where available)
     pids_seen: int  # distinct worker processes over the run
+    per_worker: tuple[dict[str, int], ...] = ()  # {"pid", "pss_peak", "uss_peak"} for each worker seen
 
 
 @dataclass(frozen=True)

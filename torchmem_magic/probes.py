@@ -189,6 +189,7 @@ class ProcessTreeProbe:
         self._announced: list[int] = []  # appended from the hook's thread, drained by tick()
         self._next_refresh_s = 0.0
         self.worker_pids_seen: set[int] = set()
+        self.worker_peaks: dict[int, tuple[int, int]] = {}  # pid -> (PSS peak, USS peak) of DataLoader workers
 
     def announce_workers(self, pids: list[int]) -> None:
         """Called by the DataLoader hook with the PIDs of a new iterator's workers."""
@@ -232,6 +233,9 @@ class ProcessTreeProbe:
                 child.next_pss_s = now + max(self.PSS_MIN_PERIOD_S, self.PSS_COST_FACTOR * cost_s)
                 if reading is not None:
                     child.pss_bytes, child.uss_bytes = reading.pss_bytes, reading.uss_bytes
+                    if child.is_worker:
+                        pss, uss = self.worker_peaks.get(pid, (0, 0))
+                        self.worker_peaks[pid] = (max(pss, reading.pss_bytes), max(uss, reading.uss_bytes))
             if child.rss.rss_bytes() is None:  # exited since the last discovery
                 self._children.pop(pid).rss.close()
                 continue
@@ -241,6 +245,10 @@ class ProcessTreeProbe:
                 workers_bytes += size
                 workers += 1
         return TreeReading(rss + children_bytes, rss, workers_bytes, workers, len(self._children))
+
+    def pids(self) -> list[int]:
+        """The kernel and its live descendants."""
+        return [self.pid, *self._children]
 
     def close(self) -> None:
         self._kernel.close()
@@ -326,6 +334,31 @@ class ShmProbe:
         except OSError:
             return None
         return ShmReading((st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize)
+
+    def torch_segments(self, pids: list[int]) -> int:
+        """`torch_*` segments in use: files still in the directory (file_system strategy) plus
+        unlinked ones the given processes still hold open (file_descriptor strategy unlinks at once)."""
+        if not self.available:
+            return 0
+        try:
+            named = {n for n in os.listdir(self.path) if n.startswith("torch_")}
+        except OSError:
+            named = set()
+        held = set()
+        prefix = os.path.join(self.path, "torch_")
+        for pid in pids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith(prefix):
+                    held.add(target.removesuffix(" (deleted)").rsplit("/", 1)[-1])
+        return len(named | held)
 
 
 def sharing_strategy() -> str | None:

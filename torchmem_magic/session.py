@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .analysis import growth_per_step
 from .detect import Series, Verdict, decide
-from .forensics import explain_worker_death, parse_worker_death
+from .forensics import explain_worker_death, parse_worker_death, shm_warning
 from .leaks import baseline_of, suspects_from_scan
 from .model import HeapSummary, RamSummary, Report, ShmSummary, Status, Suspect, VramSummary, WorkerSummary
 from .scan import Budget, Root, scan_roots
@@ -334,8 +334,16 @@ class MemwatchSession:
         finally:
             self._ended_s = time.perf_counter()
         try:
-            self.timeline.by_time.append(self._background_row())  # also drains queued step rows
-            self.report = self._build_report(_status_of(exc), exc, self._find_suspects())
+            for attempt in range(4):
+                try:
+                    self._final_readings()
+                    self.report = self._build_report(_status_of(exc), exc, self._find_suspects())
+                    break
+                except Exception as interruption:
+                    # torch's SIGCHLD handler raises "DataLoader worker ... killed" from inside whatever
+                    # runs when a worker dies, here included: the report is made again, not lost
+                    if attempt == 3 or parse_worker_death(str(interruption)) is None:
+                        raise
         finally:
             self._roots = None  # the provider may reference the user's namespace
             if self._tree is not None:
@@ -346,6 +354,15 @@ class MemwatchSession:
         if self.print_report:
             print(self.report)
         return self.report
+
+    def _final_readings(self) -> None:
+        """One last background reading, and a step-aligned one at the final step count if the
+        adaptive stride skipped the last steps (a jump there must still be seen)."""
+        row = self._background_row()  # also drains queued step rows
+        self.timeline.by_time.append(row)
+        if self.steps > self._last_sampled_step:
+            self._last_sampled_step = self.steps
+            self.timeline.by_step.append(row)
 
     def __enter__(self) -> MemwatchSession:
         return self.start()
@@ -508,6 +525,7 @@ class MemwatchSession:
                 strategy=sharing_strategy(),
                 per_step_bytes=growth_per_step(by_step, "shm_used_bytes"),
                 path=self.shm_path,
+                torch_segments=self._shm.torch_segments(self._tree.pids()),
             )
         workers = None
         if self._tree.worker_pids_seen:
@@ -515,6 +533,10 @@ class MemwatchSession:
                 max_count=self._max_workers,
                 peak_bytes=_int_or(by_time.max("workers_bytes")),
                 pids_seen=len(self._tree.worker_pids_seen),
+                per_worker=tuple(
+                    {"pid": pid, "pss_peak": pss, "uss_peak": uss}
+                    for pid, (pss, uss) in sorted(self._tree.worker_peaks.items())
+                ),
             )
         assert self._started_s is not None and self._ended_s is not None
         wall_s = self._ended_s - self._started_s
@@ -525,6 +547,9 @@ class MemwatchSession:
             free = [d.free_bytes for d in vram.per_device]
             vram_limit = vram.reserved_end_bytes + sum(free) if free and None not in free else vram.limit_bytes
         death_advice = self._worker_death_advice(exc, ram, shm)
+        if shm is not None:
+            warning = shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
+            death_advice += [warning] if warning and not death_advice else []
         verdict = self.verdict(
             vram_limit_bytes=vram_limit,
             shm_limit_bytes=None if shm is None else shm.limit_bytes,

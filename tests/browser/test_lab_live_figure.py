@@ -72,6 +72,12 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     status = page.inner_text(".jp-Notebook .widget-html")
     assert "steps/s" in status and "heap" in status
 
+    # a click while the cell is busy acts at the next optimizer step (JupyterLab routes it to a subshell)
+    page.click(".jp-Notebook button:has-text('gc + empty_cache')")
+    _wait(page, "() => document.querySelector('.jp-Notebook').innerText.includes('gc + empty_cache: RSS')", 20)
+    assert page.evaluate(PROMPTS_JS)[1] == "[*]:", "the click should act while the cell still runs"
+    page.screenshot(path=str(ARTIFACTS / "clicked_mid_run.png"), full_page=True)
+
     _wait(page, f"() => ({PROMPTS_JS})()[1].startsWith('[') && ({PROMPTS_JS})()[1] !== '[*]:'")
     page.wait_for_selector(".torchmem-report")
     report = page.inner_text(".torchmem-report")

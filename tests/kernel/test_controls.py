@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -32,6 +33,12 @@ def _widget_ids(messages: list[dict[str, Any]]) -> dict[str, str]:
         if state.get("_model_name") in ("ButtonModel", "DropdownModel"):
             ids[state.get("description", "")] = m["content"]["comm_id"]
     return ids
+
+
+def _status_step(message: dict[str, Any]) -> int:
+    """The step count a status-line update shows (-1 for other messages)."""
+    found = re.search(r"step(?:&nbsp;| )(\d[\d,]*)", str(message["content"].get("data", {})))
+    return int(found.group(1).replace(",", "")) if found else -1
 
 
 def _results(messages: list[dict[str, Any]]) -> list[str]:
@@ -91,7 +98,7 @@ def test_mid_run_click_acts_at_a_step_and_stop_ends_the_loop(k: Kernel) -> None:
         "    time.sleep(0.01)\n"
         "print('loop finished')\n"
     )
-    seen = k.iopub_until(lambda m: m["msg_type"] == "comm_msg" and "step 5" in str(m["content"]["data"]))
+    seen = k.iopub_until(lambda m: m["msg_type"] == "comm_msg" and _status_step(m) >= 5)
     ids = _widget_ids(seen)
     k.click(ids["gc + empty_cache"], subshell_id=subshell)
     seen += k.iopub_until(lambda m: "gc + empty_cache: RSS" in str(m["content"].get("data", {})), timeout_s=30)

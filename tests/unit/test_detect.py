@@ -113,7 +113,7 @@ def test_rss_growth_with_flat_heap_is_fragmentation() -> None:
 
 def test_worker_growth_with_flat_heap_is_explained_not_called_a_kernel_leak() -> None:
     heap = series(noisy(100, 8 * 1024, seed=14))
-    workers = series(noisy(100, 8 * 1024, seed=15, per_step=MIB), "workers")
+    workers = series(noisy(100, 8 * 1024, seed=15, per_step=MIB), "workers")  # ~100 MiB over the run
     ram = series(noisy(100, 8 * 1024, seed=16, per_step=MIB), "ram")
     v = decide([heap, ram, workers])
     assert v.verdict == "clean" and any("copy-on-access" in a for a in v.advice)

@@ -23,3 +23,11 @@ def test_ram_at_the_limit_is_the_oom_killer() -> None:
 def test_neither_says_so() -> None:
     lines = explain_worker_death(WorkerDeath((1,), "Killed"), 2 * GIB, 16 * GIB, 0, 64 << 20)
     assert len(lines) == 1 and "neither memory nor /dev/shm" in lines[0] and "dmesg" in lines[0]
+
+
+def test_shm_warning_before_it_fills() -> None:
+    from torchmem_magic.forensics import shm_warning
+
+    assert shm_warning(10 << 20, 64 << 20) is None
+    text = shm_warning(58 << 20, 64 << 20)
+    assert text is not None and "/dev/shm reached 91%" in text and "--shm-size" in text

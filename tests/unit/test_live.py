@@ -37,7 +37,7 @@ def test_figure_updates_live_and_shows_measured_curves_only() -> None:
     y = np.asarray(figure.lines.y)
     assert y.shape == (len(labels), len(figure.lines.x)) and np.all(y[0] > 10)  # MiB
     assert figure.y_axis.label == "MiB" and figure.y_scale.max > np.nanmax(y)  # headroom for the legend
-    assert figure.status.value.startswith("<code>ok · step 8 ")
+    assert figure.status.value.replace("&nbsp;", " ").startswith("<code>ok · step 8 · ")
     assert list(figure.epoch_lines.x[:, 0]) == [m.t_s for m in session.timeline.epochs]
     assert figure.epoch_lines.visible
 
@@ -78,6 +78,6 @@ def test_status_line_shows_the_verdict_as_it_forms() -> None:
             kept.append(torch.ones(1 << 18))  # 1 MiB a step
             time.sleep(0.01)
             if step in (20, 89):
-                seen.append(figure.status.value)
+                seen.append(figure.status.value.replace("&nbsp;", " "))
     assert "verdict so far" not in seen[0]  # before step 30: no verdict yet
-    assert "verdict so far: leak: per-iteration in heap" in figure.status.value
+    assert "verdict so far: leak: per-iteration in heap" in figure.status.value.replace("&nbsp;", " ")

@@ -37,7 +37,7 @@ def test_keys_and_values_follow_the_spec() -> None:
     }
     assert vram["per_device"][0]["free"] == 70 << 30 and vram["per_device"][0]["num_alloc_retries"] == 2
     assert {"start", "end", "peak", "limit", "strategy"} <= set(data["shm"])
-    assert data["workers"] == {"max": 2, "peak": 123, "pids_seen": 4}
+    assert data["workers"] == {"max": 2, "peak": 123, "pids_seen": 4, "per_worker": []}
     assert data["suspects"] == [{
         "name": "history", "path": "history[3]", "kind": "autograd-graph", "tensors": 4, "graph_nodes": 40,
         "retained_bytes": 1000, "new_in_cell": True, "fix": "history.append(loss.item())",

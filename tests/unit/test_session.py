@@ -138,6 +138,7 @@ def test_epochs_and_workers_from_a_real_multiprocess_dataloader() -> None:
     assert report.steps == 16 and report.epochs == 2
     assert report.workers is not None and report.workers.max_count == 2 and report.workers.pids_seen == 4
     assert report.workers.peak_bytes > 0
+    assert report.workers.per_worker and all(w["pss_peak"] > 0 and w["uss_peak"] > 0 for w in report.workers.per_worker)
     assert torchmem_magic.last_report() is report
 
 

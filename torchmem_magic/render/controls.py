@@ -66,8 +66,8 @@ class Controls:
                                             description="sharing:", layout=ipywidgets.Layout(width="220px"))
         self.result = ipywidgets.HTML()
         self.note = ipywidgets.HTML(
-            "<small>buttons act mid-run, at the next optimizer step</small>" if mid_run_clicks_possible()
-            else "<small>this kernel handles clicks when the cell has finished</small>"
+            "<small>&nbsp;clicks act mid-run, at the next optimizer step</small>" if mid_run_clicks_possible()
+            else "<small>&nbsp;this kernel handles clicks once the cell has finished</small>"
         )
         self.gc_button.on_click(lambda _: self._act(self._collect))
         self.trim_button.on_click(lambda _: self._act(actions.return_heap_to_os))
@@ -78,8 +78,11 @@ class Controls:
             for control in (self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy):
                 _route_to_senders_subshell(control)
         self.widget = ipywidgets.VBox([
-            ipywidgets.HBox([self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy]),
-            ipywidgets.HBox([self.result, self.note]),
+            ipywidgets.HBox(
+                [self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy, self.note],
+                layout=ipywidgets.Layout(align_items="center", flex_flow="row wrap"),
+            ),
+            self.result,
         ])
 
     # --------------------------------------------------------------- session lifecycle

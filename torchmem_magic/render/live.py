@@ -157,6 +157,8 @@ class LiveFigure:
                     self.epoch_lines.y = np.tile([0.0, 1.0], (len(markers), 1))
                 self.epoch_lines.visible = bool(markers)
             self.x_axis.label = "optimizer step" if by_steps else "time (s)"
-            self.status.value = f"<code>{html.escape(text)}</code>"
+            # wrap only between the " · " separated parts, never inside one ("shm 0 B")
+            parts = (html.escape(part).replace(" ", "&nbsp;") for part in text.split(" · "))
+            self.status.value = f"<code>{' · '.join(parts)}</code>"
             self.updates += 1
 
