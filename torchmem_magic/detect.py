@@ -214,12 +214,28 @@ _KILLED_BY = {
 }
 
 
+def _copy_on_access_projection(
+    series: Series, finding: ResourceFinding, first_pass: tuple[int, int] | None
+) -> str:
+    """Where the workers' memory ends up once the first pass has touched the whole dataset."""
+    xs, ys = _clean(series)
+    if first_pass is None or not ys or not finding.per_step_bytes:
+        return ""
+    first, last = first_pass
+    now = xs[-1]
+    if now >= last:
+        return f" The first pass is complete: the workers should stay near {_format_bytes(ys[-1])}."
+    projected = ys[-1] + finding.per_step_bytes * (last - now)
+    return f" Projected: ~{_format_bytes(projected)} for the workers by the end of the first pass (step {last})."
+
+
 def decide(
     series: Sequence[Series],
     epoch_steps: Sequence[float] = (),
     steps_per_s: float | None = None,
     graph_suspects: Sequence[str] = (),
     max_points: int = 200,
+    first_pass_steps: tuple[int, int] | None = None,
 ) -> Verdict:
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
@@ -229,6 +245,8 @@ def decide(
         epoch_steps: step counts at which each epoch (DataLoader iterator) started.
         steps_per_s: to turn steps until exhaustion into wall-clock time.
         graph_suspects: names holding autograd graphs that grew in the cell (makes at least "suspect").
+        first_pass_steps: (first, last) step of a multi-worker DataLoader's first pass, to project
+            where copy-on-access growth will stop.
     """
     by_resource = {s.resource: s for s in series}
     findings = {name: analyse(s, epoch_steps, max_points) for name, s in by_resource.items()}
@@ -248,7 +266,9 @@ def decide(
         advice.append(
             f"DataLoader workers' memory grows ({_format_bytes(workers.per_step_bytes or 0)}/step, by PSS) while "
             "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "
-            "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays avoid it."
+            "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
+            "np.frombuffer / pyarrow for strings) avoid it."
+            + _copy_on_access_projection(by_resource["workers"], workers, first_pass_steps)
         )
     elif rss and rss.verdict == "leak" and heap and heap.verdict == "clean":
         advice.append(

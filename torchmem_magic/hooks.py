@@ -16,6 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 
+def _length(iterator: Any) -> int | None:
+    """Batches in this pass (None for iterable-style datasets without a length)."""
+    try:
+        return int(len(iterator))
+    except Exception:
+        return None
+
+
 def _worker_pids(iterator: Any) -> list[int]:
     pids = []
     for worker in getattr(iterator, "_workers", None) or ():
@@ -28,7 +36,7 @@ def _worker_pids(iterator: Any) -> list[int]:
 class TrainingHooks:
     """Installs the step and epoch hooks; `remove()` (or leaving the `with`) restores everything."""
 
-    def __init__(self, on_step: Callable[[], None], on_epoch: Callable[[list[int]], None]) -> None:
+    def __init__(self, on_step: Callable[[], None], on_epoch: Callable[[list[int], int | None], None]) -> None:
         self._on_step = on_step
         self._on_epoch = on_epoch
         self._step_handle: Any = None
@@ -77,7 +85,7 @@ class TrainingHooks:
         @functools.wraps(original)
         def __iter__(loader: Any) -> Any:
             iterator = original(loader)
-            hooks._guarded(hooks._on_epoch, _worker_pids(iterator))
+            hooks._guarded(hooks._on_epoch, _worker_pids(iterator), _length(iterator))
             return iterator
 
         __iter__.__torchmem_magic_wrapper__ = True  # type: ignore[attr-defined]

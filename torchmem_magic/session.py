@@ -154,6 +154,7 @@ class MemwatchSession:
         self._live_verdict_cache: tuple[float, str] | None = None
         self._requests: deque[Callable[[], None]] = deque()  # actions to run at the next step boundary
         self._stop_requested = False
+        self._first_pass_batches: int | None = None
         self.timeline = Timeline()
         self.steps = 0
         self.report: Report | None = None
@@ -261,8 +262,10 @@ class MemwatchSession:
         if count:
             self._drain_cost_s = 0.8 * self._drain_cost_s + 0.2 * (time.thread_time() - started) / count
 
-    def _on_epoch(self, worker_pids: list[int]) -> None:
+    def _on_epoch(self, worker_pids: list[int], batches: int | None) -> None:
         self.timeline.add_epoch(self._elapsed_s(), self.steps)
+        if worker_pids and batches and self._first_pass_batches is None:
+            self._first_pass_batches = batches  # for the copy-on-access projection
         if worker_pids:
             self._tree.announce_workers(worker_pids)
             self._max_workers = max(self._max_workers, len(worker_pids))  # exact, even for short epochs
@@ -438,7 +441,16 @@ class MemwatchSession:
             steps_per_s=self.steps / elapsed if elapsed > 0 else None,
             graph_suspects=graph_holders or (),
             max_points=max_points,
+            first_pass_steps=self._first_pass_steps(),
         )
+
+    def _first_pass_steps(self) -> tuple[int, int] | None:
+        """(first step, last step) of the first pass of a multi-worker DataLoader, if known."""
+        epochs = self.timeline.epochs
+        if self._first_pass_batches is None or not epochs:
+            return None
+        start = next((m.step for m in epochs), 0)
+        return start + 1, start + self._first_pass_batches
 
     def _worker_death_advice(self, exc: BaseException | None, ram: RamSummary, shm: ShmSummary | None) -> list[str]:
         """If the block died because a DataLoader worker was killed: the likely cause, from the curves."""

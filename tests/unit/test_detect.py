@@ -117,3 +117,13 @@ def test_worker_growth_with_flat_heap_is_explained_not_called_a_kernel_leak() ->
     ram = series(noisy(100, 8 * 1024, seed=16, per_step=MIB), "ram")
     v = decide([heap, ram, workers])
     assert v.verdict == "clean" and any("copy-on-access" in a for a in v.advice)
+
+
+def test_copy_on_access_projection_to_the_end_of_the_first_pass() -> None:
+    heap = series(noisy(100, 8 * 1024, seed=17))
+    workers = series(noisy(100, 8 * 1024, seed=18, per_step=MIB), "workers")
+    v = decide([heap, workers], first_pass_steps=(1, 300))
+    advice = next(a for a in v.advice if "copy-on-access" in a)
+    assert "Projected: ~" in advice and "(step 300)" in advice
+    projected_mib = float(advice.split("Projected: ~")[1].split(" MiB")[0])
+    assert projected_mib == pytest.approx(600 + 300, rel=0.05)  # 600 MiB base + 1 MiB/step over 300 steps

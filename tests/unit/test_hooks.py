@@ -20,7 +20,7 @@ def _train(optimizer_cls: type, steps: int, **kwargs: object) -> None:
 )
 def test_counts_every_optimizer_step(optimizer_cls: type, kwargs: dict) -> None:
     steps: list[int] = []
-    with TrainingHooks(lambda: steps.append(1), lambda pids: None):
+    with TrainingHooks(lambda: steps.append(1), lambda pids, length: None):
         _train(optimizer_cls, 7, **kwargs)
     _train(optimizer_cls, 3, **kwargs)  # after removal: not counted
     assert len(steps) == 7
@@ -30,12 +30,12 @@ def test_counts_every_optimizer_step(optimizer_cls: type, kwargs: dict) -> None:
 def test_counts_epochs_and_restores_dataloader() -> None:
     original = DataLoader.__iter__
     loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4)
-    epochs: list[list[int]] = []
-    with TrainingHooks(lambda: None, epochs.append):
+    epochs: list[tuple[list[int], int | None]] = []
+    with TrainingHooks(lambda: None, lambda pids, length: epochs.append((pids, length))):
         assert installed_hook_count() == 2
         for _ in range(3):
             assert sum(len(b[0]) for b in loader) == 10
-    assert len(epochs) == 3 and epochs[0] == []  # no workers
+    assert epochs == [([], 3)] * 3  # no workers; 3 batches a pass
     assert DataLoader.__iter__ is original and installed_hook_count() == 0
 
 
@@ -43,14 +43,14 @@ def test_callback_errors_never_reach_the_loop() -> None:
     def boom() -> None:
         raise ValueError("bad probe")
 
-    hooks = TrainingHooks(boom, lambda pids: None)
+    hooks = TrainingHooks(boom, lambda pids, length: None)
     with hooks:
         _train(torch.optim.SGD, 2, lr=0.1)
     assert hooks.callback_errors == 2 and "bad probe" in (hooks.last_callback_error or "")
 
 
 def test_removed_on_exception_and_idempotent() -> None:
-    hooks = TrainingHooks(lambda: None, lambda pids: None)
+    hooks = TrainingHooks(lambda: None, lambda pids, length: None)
     with pytest.raises(KeyboardInterrupt):
         with hooks:
             raise KeyboardInterrupt
@@ -60,8 +60,8 @@ def test_removed_on_exception_and_idempotent() -> None:
 
 def test_someone_wrapping_our_wrapper_keeps_theirs_and_ours_goes_inert() -> None:
     original = DataLoader.__iter__
-    epochs: list[list[int]] = []
-    hooks = TrainingHooks(lambda: None, epochs.append)
+    epochs: list[object] = []
+    hooks = TrainingHooks(lambda: None, lambda pids, length: epochs.append(pids))
     hooks.install()
     ours = DataLoader.__iter__
 

@@ -64,7 +64,7 @@ class Controls:
         info = actions.sharing_info()
         self.strategy = ipywidgets.Dropdown(options=list(info.strategies), value=info.strategy,
                                             description="sharing:", layout=ipywidgets.Layout(width="220px"))
-        self.result = ipywidgets.HTML()
+        self.result = ipywidgets.HTML(f"<code>{html.escape(str(info))}</code>")
         self.note = ipywidgets.HTML(
             "<small>&nbsp;clicks act mid-run, at the next optimizer step</small>" if mid_run_clicks_possible()
             else "<small>&nbsp;this kernel handles clicks once the cell has finished</small>"
