@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import costs  # noqa: E402
 import overhead  # noqa: E402
 import scan_speed  # noqa: E402
-import verdicts  # noqa: E402
 import torch  # noqa: E402
+import verdicts  # noqa: E402
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -21,6 +21,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .units import format_bytes, format_eta
+
 MIB = 1 << 20
 MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
 MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
@@ -191,21 +193,6 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
     return finding("clean", None)
 
 
-def _format_bytes(value: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1024)):
-        if abs(value) >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
-
-
-def _format_duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 _KILLED_BY = {
     "heap": "this kernel is OOM-killed",
     "ram": "this kernel is OOM-killed",
@@ -224,9 +211,9 @@ def _copy_on_access_projection(
     first, last = first_pass
     now = xs[-1]
     if now >= last:
-        return f" The first pass is complete: the workers should stay near {_format_bytes(ys[-1])}."
+        return f" The first pass is complete: the workers should stay near {format_bytes(ys[-1])}."
     projected = ys[-1] + finding.per_step_bytes * (last - now)
-    return f" Projected: ~{_format_bytes(projected)} for the workers by the end of the first pass (step {last})."
+    return f" Projected: ~{format_bytes(projected)} for the workers by the end of the first pass (step {last})."
 
 
 def decide(
@@ -264,7 +251,7 @@ def decide(
         and workers.net_growth_bytes >= COPY_ON_ACCESS_MIN_BYTES
     ):
         advice.append(
-            f"DataLoader workers' memory grows ({_format_bytes(workers.per_step_bytes or 0)}/step, by PSS) while "
+            f"DataLoader workers' memory grows ({format_bytes(workers.per_step_bytes or 0)}/step, by PSS) while "
             "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "
             "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
             "np.frombuffer / pyarrow for strings) avoid it."
@@ -299,18 +286,18 @@ def decide(
     if chosen.steps_to_exhaustion is not None and steps_per_s:
         seconds = chosen.steps_to_exhaustion / steps_per_s
     headline = (
-        f"{chosen.leak_kind} leak in {chosen.resource}: {_format_bytes(chosen.per_step_bytes or 0)}/step"
-        + (f" ± {_format_bytes(chosen.per_step_error_bytes or 0)}" if chosen.leak_kind == "per-iteration" else "")
+        f"{chosen.leak_kind} leak in {chosen.resource}: {format_bytes(chosen.per_step_bytes or 0)}/step"
+        + (f" ± {format_bytes(chosen.per_step_error_bytes or 0)}" if chosen.leak_kind == "per-iteration" else "")
     )
     if chosen.sporadic_steps:
         named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]
         headline += f", at steps {', '.join(named)}"
     advice.insert(0, headline)
     if chosen.steps_to_exhaustion is not None:
-        when = f"~{chosen.steps_to_exhaustion:,.0f} steps" + (f" (~{_format_duration(seconds)})" if seconds else "")
+        when = f"~{chosen.steps_to_exhaustion:,.0f} steps" + (f" (~{format_eta(seconds)})" if seconds else "")
         advice.insert(
             1,
-            f"at {_format_bytes(chosen.per_step_bytes or 0)}/step {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}",
+            f"at {format_bytes(chosen.per_step_bytes or 0)}/step {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}",
         )
     verdict = chosen.verdict
     return Verdict(

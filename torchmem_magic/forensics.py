@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .units import format_bytes
+
 _WORKER_DEATH = re.compile(r"DataLoader worker \(pid(?:\(s\))? ?([\d, ]+)\) (?:is killed by signal: ([\w ]+)|exited unexpectedly)")
 NEAR_FULL = 0.9
 
@@ -37,14 +39,12 @@ def explain_worker_death(
     limit_source: str = "system",
 ) -> list[str]:
     """The likely cause and the fix, from the last RAM and /dev/shm readings before the death."""
-    from .detect import _format_bytes as fmt
-
     who = f"DataLoader worker {', '.join(map(str, death.pids))} died" + (f" ({death.signal})" if death.signal else "")
     ram_share = ram_bytes / ram_limit_bytes if ram_limit_bytes else 0.0
     shm_share = shm_used_bytes / shm_total_bytes if shm_used_bytes is not None and shm_total_bytes else 0.0
     if shm_share >= NEAR_FULL or (death.signal or "").lower().startswith("bus"):
         return [
-            f"{who}: /dev/shm was {shm_share:.0%} full ({fmt(shm_used_bytes or 0)} of {fmt(shm_total_bytes or 0)}) — "
+            f"{who}: /dev/shm was {shm_share:.0%} full ({format_bytes(shm_used_bytes or 0)} of {format_bytes(shm_total_bytes or 0)}) — "
             "workers pass batches through shared memory and a full /dev/shm ends in a bus error",
             "fix: give the container more shared memory (docker --shm-size=8g or --ipc=host), "
             "torch.multiprocessing.set_sharing_strategy('file_system'), or fewer workers / a lower prefetch_factor",
@@ -52,7 +52,7 @@ def explain_worker_death(
     if ram_share >= NEAR_FULL:
         return [
             f"{who}: the process tree used {ram_share:.0%} of the {limit_source} memory limit "
-            f"({fmt(ram_bytes)} of {fmt(ram_limit_bytes)}) — the OOM killer takes the biggest process, often a worker",
+            f"({format_bytes(ram_bytes)} of {format_bytes(ram_limit_bytes)}) — the OOM killer takes the biggest process, often a worker",
             "fix: find what grows (the verdict and holders above; workers copying a Python-object dataset "
             "page by page: use numpy/torch arrays), or use fewer workers / smaller batches",
         ]
@@ -67,12 +67,10 @@ SHM_WARNING_SHARE = 0.8
 
 def shm_warning(peak_bytes: float, total_bytes: float, path: str = "/dev/shm") -> str | None:
     """A warning when shared memory came close to full during the run (before it ends in a bus error)."""
-    from .detect import _format_bytes as fmt
-
     if not total_bytes or peak_bytes < SHM_WARNING_SHARE * total_bytes:
         return None
     return (
-        f"{path} reached {peak_bytes / total_bytes:.0%} ({fmt(peak_bytes)} of {fmt(total_bytes)}): when it fills, "
+        f"{path} reached {peak_bytes / total_bytes:.0%} ({format_bytes(peak_bytes)} of {format_bytes(total_bytes)}): when it fills, "
         "DataLoader workers die with a bus error — give it more room (--shm-size / --ipc=host) or use "
         "torch.multiprocessing.set_sharing_strategy('file_system')"
     )

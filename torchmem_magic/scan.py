@@ -22,8 +22,8 @@ import time
 import types
 from collections import deque
 from collections.abc import Iterator
-from itertools import count, repeat
 from dataclasses import dataclass, field
+from itertools import count, repeat
 from typing import Any
 
 from .model import TensorFinding

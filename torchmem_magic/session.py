@@ -12,15 +12,24 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .analysis import growth_per_step
 from .detect import Series, Verdict, decide
 from .forensics import explain_worker_death, parse_worker_death, shm_warning
 from .leaks import baseline_of, suspects_from_scan
-from .model import HeapSummary, RamSummary, Report, ShmSummary, Status, Suspect, VramSummary, WorkerSummary
+from .model import (
+    HeapSummary,
+    RamSummary,
+    Report,
+    ShmSummary,
+    Status,
+    Suspect,
+    VramSummary,
+    WorkerSummary,
+)
 from .scan import Budget, Root, scan_roots
 from .timeline import NAN, Timeline
 
@@ -282,7 +291,14 @@ class MemwatchSession:
     def start(self) -> MemwatchSession:
         """Install probes, hooks and the sampler thread. RuntimeError if another session is active."""
         from .hooks import TrainingHooks
-        from .probes import AcceleratorProbe, HeapProbe, ProcessTreeProbe, ShmProbe, memory_limit, sharing_strategy
+        from .probes import (
+            AcceleratorProbe,
+            HeapProbe,
+            ProcessTreeProbe,
+            ShmProbe,
+            memory_limit,
+            sharing_strategy,
+        )
         from .sampler import Sampler
 
         with _registry.lock:

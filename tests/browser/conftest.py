@@ -4,7 +4,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from lab_server import CHROMIUM, CHROMIUM_ARGS, Lab, require_browser, running_lab
 
 

@@ -6,11 +6,9 @@ import time
 from typing import Any
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
-
 import pytest
-
 from lab_server import ARTIFACTS, Lab
+from nbformat.v4 import new_code_cell, new_notebook
 
 pytestmark = pytest.mark.browser
 

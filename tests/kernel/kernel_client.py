@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from jupyter_client.manager import KernelManager
 
+
 @dataclass
 class Execution:
     """Everything one execute_request produced, iopub messages in arrival order."""

@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 import pytest
-
 from kernel_client import Execution, Kernel
 
 pytestmark = pytest.mark.kernel

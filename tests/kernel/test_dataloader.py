@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 import pytest
-
 from kernel_client import Kernel
 
 pytestmark = pytest.mark.kernel
+
+TRAIN_WITH_TWO_WORKERS = (
+    "import os, signal, time\n"
+    "from torch.utils.data import DataLoader, Dataset\n"
+    "class Slow(Dataset):\n"
+    "    def __len__(self): return 400\n"
+    "    def __getitem__(self, i):\n"
+    "        time.sleep(0.005)\n"
+    "        return torch.randn(8)\n"
+    "model = torch.nn.Linear(8, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "batches = iter(DataLoader(Slow(), batch_size=4, num_workers=2))\n"
+    "for step, x in enumerate(batches):\n"
+    "    opt.zero_grad(); model(x).sum().backward(); opt.step()\n"
+)
 
 
 def test_worker_killed_mid_epoch_is_explained_and_the_error_still_propagates(fresh_kernel: Kernel) -> None:
     execution = fresh_kernel.execute(
         "%%memwatch -q --interval 20\n"
-        "import os, signal, time\n"
-        "from torch.utils.data import DataLoader, Dataset\n"
-        "class Slow(Dataset):\n"
-        "    def __len__(self): return 400\n"
-        "    def __getitem__(self, i):\n"
-        "        time.sleep(0.005)\n"
-        "        return torch.randn(8)\n"
-        "model = torch.nn.Linear(8, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "batches = iter(DataLoader(Slow(), batch_size=4, num_workers=2))\n"
-        "for step, x in enumerate(batches):\n"
-        "    opt.zero_grad(); model(x).sum().backward(); opt.step()\n"
+        + TRAIN_WITH_TWO_WORKERS +
         "    if step == 10:\n"
         "        victim = batches._workers[0].pid\n"
         "        os.kill(victim, signal.SIGKILL)\n",
@@ -52,17 +55,7 @@ def small_shm(tmp_path):  # type: ignore[no-untyped-def]
 def test_full_shm_then_a_bus_error_is_explained_as_shm(fresh_kernel: Kernel, small_shm) -> None:  # type: ignore[no-untyped-def]
     execution = fresh_kernel.execute(
         f"%%memwatch -q --interval 20 --shm-path {small_shm}\n"
-        "import os, signal, time\n"
-        "from torch.utils.data import DataLoader, Dataset\n"
-        "class Slow(Dataset):\n"
-        "    def __len__(self): return 400\n"
-        "    def __getitem__(self, i):\n"
-        "        time.sleep(0.005)\n"
-        "        return torch.randn(8)\n"
-        "model = torch.nn.Linear(8, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "batches = iter(DataLoader(Slow(), batch_size=4, num_workers=2))\n"
-        "for step, x in enumerate(batches):\n"
-        "    opt.zero_grad(); model(x).sum().backward(); opt.step()\n"
+        + TRAIN_WITH_TWO_WORKERS +
         "    if step == 5:\n"
         f"        open('{small_shm}/filler', 'wb').write(b'0' * (15 << 20))  # the segments filled it\n"
         "        time.sleep(0.3)  # a few samples see it full\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kernel_client import Kernel
 
 pytestmark = pytest.mark.kernel

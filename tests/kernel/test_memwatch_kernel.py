@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from kernel_client import Execution, Kernel
 
 pytestmark = pytest.mark.kernel

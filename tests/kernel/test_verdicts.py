@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kernel_client import Kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

@@ -1,4 +1,8 @@
-from torchmem_magic.forensics import WorkerDeath, explain_worker_death, parse_worker_death
+from torchmem_magic.forensics import (
+    WorkerDeath,
+    explain_worker_death,
+    parse_worker_death,
+)
 
 GIB = 1 << 30
 

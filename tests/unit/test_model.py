@@ -3,7 +3,14 @@
 import json
 
 from torchmem_magic.model import (
-    DeviceMemory, HeapSummary, RamSummary, Report, ShmSummary, Suspect, VramSummary, WorkerSummary,
+    DeviceMemory,
+    HeapSummary,
+    RamSummary,
+    Report,
+    ShmSummary,
+    Suspect,
+    VramSummary,
+    WorkerSummary,
 )
 
 

@@ -2,7 +2,13 @@ import math
 
 import pytest
 
-from torchmem_magic.timeline import COLUMNS, NAN, DecimatingSeries, Timeline, column_index
+from torchmem_magic.timeline import (
+    COLUMNS,
+    NAN,
+    DecimatingSeries,
+    Timeline,
+    column_index,
+)
 
 
 def row(t: float, step: float = 0, ram: float = 0.0, **values: float) -> list[float]:

@@ -8,36 +8,14 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ..units import format_bytes, format_duration
+
 if TYPE_CHECKING:
     from ..model import MemcheckResult, Report, Suspect, TensorFinding
     from ..session import LiveStatus
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def format_bytes(value: float | None, signed: bool = False) -> str:
-    """1536 -> '1.5 KiB'; None/NaN -> '—'. `signed` adds '+' to growth figures."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    sign = "-" if value < 0 else ("+" if signed else "")
-    size = abs(float(value))
-    for unit in _UNITS:
-        if size < 1024 or unit == _UNITS[-1]:
-            return f"{sign}{size:.0f} {unit}" if unit == "B" else f"{sign}{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
 def format_per_step(value: float | None) -> str:
     return "—" if value is None else f"{format_bytes(value, signed=True)}/step"
-
-
-def format_duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 Row = tuple[str, str, str, str, str, str]

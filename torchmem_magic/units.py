@@ -1,0 +1,38 @@
+"""How sizes and durations are written for people (stdlib only; used by analysis and renderers)."""
+
+from __future__ import annotations
+
+import math
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(value: float | None, signed: bool = False) -> str:
+    """1536 -> '1.5 KiB'; None/NaN -> '—'. `signed` adds '+' to growth figures."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    sign = "-" if value < 0 else ("+" if signed else "")
+    size = abs(float(value))
+    for unit in _UNITS:
+        if size < 1024 or unit == _UNITS[-1]:
+            return f"{sign}{size:.0f} {unit}" if unit == "B" else f"{sign}{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float) -> str:
+    """A measured duration: '12.4 s', '3.2 min', '1.5 h'."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_eta(seconds: float) -> str:
+    """A rough forecast: '86 s', '17 min', '3.2 h' (no false precision)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
