@@ -90,23 +90,22 @@ class MemwatchMagics(Magics):
             args = parse_argstring(self.memwatch, line)
         except UsageError as exc:
             raise UsageError(f"%%memwatch: {exc} (see %%memwatch?)") from None
-        plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
-        figure = None
-        if plot:
-            from .render.live import LiveFigure
-
-            figure = LiveFigure()
         try:
             session = MemwatchSession(
                 args.interval,
                 device=args.device,
                 shm_path=args.shm_path,
-                listener=figure,
                 roots=None if args.no_scan else (lambda: notebook_roots(self.shell)),
                 sources=[cell, *recent_sources(self.shell)],
             )
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
+        plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
+        figure = None
+        if plot:  # widgets only once the flags are known to be good
+            from .render.live import LiveFigure
+
+            figure = session.listener = LiveFigure()
         if active_session() is not None:
             raise UsageError("%%memwatch: another memwatch session is running; nested runs are not supported")
         try:
@@ -125,8 +124,9 @@ class MemwatchMagics(Magics):
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
         except StopTraining as exc:  # the Stop button: a clean end, reported, no traceback
-            self._show(session.stop(exc), args, plot)
-            return None
+            report = session.stop(exc)
+            self._show(report, args, plot)
+            return report if args.return_report else None
         except BaseException as exc:
             if session.running:
                 self._show(session.stop(exc), args, plot)

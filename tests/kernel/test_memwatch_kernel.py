@@ -145,6 +145,7 @@ def test_bad_flags_give_a_one_line_usage_error(kernel: Kernel, line: str, messag
     lines = [l for l in execution.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith(message), execution.stderr
     assert "Traceback" not in execution.stderr and not execution.of_type("error")
+    assert not execution.of_type("comm_open")  # no widget is created for a cell that will not run
     assert kernel.value("flag_probe") == "untouched"  # the body did not run
 
 
