@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .units import format_bytes, format_eta
+from .units import format_bytes, format_duration
 
 MIB = 1 << 20
 MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
@@ -294,7 +294,7 @@ def decide(
         headline += f", at steps {', '.join(named)}"
     advice.insert(0, headline)
     if chosen.steps_to_exhaustion is not None:
-        when = f"~{chosen.steps_to_exhaustion:,.0f} steps" + (f" (~{format_eta(seconds)})" if seconds else "")
+        when = f"~{chosen.steps_to_exhaustion:,.0f} steps" + (f" (~{format_duration(seconds, rough=True)})" if seconds else "")
         advice.insert(
             1,
             f"at {format_bytes(chosen.per_step_bytes or 0)}/step {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}",

@@ -15,6 +15,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from .forensics import parse_worker_death
+
 
 def _length(iterator: Any) -> int | None:
     """Batches in this pass (None for iterable-style datasets without a length)."""
@@ -73,7 +75,7 @@ class TrainingHooks:
                 try:
                     on_step()
                 except Exception as exc:
-                    if "DataLoader worker" in str(exc):
+                    if parse_worker_death(str(exc)) is not None:
                         raise  # torch's SIGCHLD handler fired while we ran: it is the user's error
                     self._count_error(exc)
 

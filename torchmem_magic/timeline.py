@@ -9,7 +9,6 @@ Running first/last/max per column are kept exactly, independent of decimation.
 
 from __future__ import annotations
 
-import math
 import threading
 from array import array
 from collections.abc import Sequence
@@ -32,7 +31,6 @@ COLUMNS: tuple[str, ...] = (
 )
 X_COLUMNS = frozenset({"t_s", "step"})
 _COLUMN_INDEX = {name: i for i, name in enumerate(COLUMNS)}
-ROW_BYTES = 8 * len(COLUMNS)
 
 
 def column_index(name: str) -> int:
@@ -173,6 +171,3 @@ class Timeline:
     def nbytes(self) -> int:
         return self.by_time.nbytes() + self.by_step.nbytes() + 64 * len(self.epochs)
 
-
-def finite(value: float) -> bool:
-    return not (math.isnan(value) or math.isinf(value))

@@ -20,19 +20,10 @@ def format_bytes(value: float | None, signed: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
-def format_duration(seconds: float) -> str:
-    """A measured duration: '12.4 s', '3.2 min', '1.5 h'."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def format_eta(seconds: float) -> str:
-    """A rough forecast: '86 s', '17 min', '3.2 h' (no false precision)."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
+def format_duration(seconds: float, rough: bool = False) -> str:
+    """'12.4 s', '3.2 min', '1.5 h'; `rough` for forecasts: '86 s', '17 min' (no false precision)."""
+    if seconds < (90 if rough else 60):
+        return f"{seconds:.0f} s" if rough else f"{seconds:.1f} s"
+    if seconds < (5400 if rough else 3600):
+        return f"{seconds / 60:.0f} min" if rough else f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
