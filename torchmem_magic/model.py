@@ -75,7 +75,7 @@ class RamSummary(_SchemaDict):
     start_bytes: int
     end_bytes: int
     peak_bytes: int
-    per_step_bytes: float | None  # robust slope over the step-aligned series
+    per_step_bytes: float | None  # the leak detector's slope after warm-up (split-half slope over all steps when too few)
     limit_bytes: int  # what the OOM killer enforces: cgroup limit, else system total
     limit_source: str  # "cgroup v2", "cgroup v1" or "system"
 

@@ -44,8 +44,12 @@ GENERATOR = "generator"
 EXCEPTION = "exception"
 OBJECT = "object"
 INDEX, KEY, ATTR, SUFFIX = "index", "key", "attr", "suffix"
+# A path is built only when a tensor is found: the root's text, then (parent, how, token) links.
+_Path = Any
 
 _ATOMIC_TYPES = (int, float, complex, bool, str, bytes, bytearray, type(None), range, slice, type(Ellipsis))
+_ATOMIC_EXACT = frozenset({int, float, complex, bool, str, bytes, type(None)})  # for C-level `issuperset` checks
+_ATOMIC_OR_SEQUENCE = _ATOMIC_EXACT | {tuple, list}
 _SKIP_TYPES: tuple[type, ...] = (
     type, types.ModuleType, types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType,
     types.MethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType, types.CodeType,
@@ -65,6 +69,32 @@ _frame_locals = types.FrameType.f_locals.__get__  # type: ignore[attr-defined]
 _tb_frame = types.TracebackType.tb_frame.__get__  # type: ignore[attr-defined]
 _tb_next = types.TracebackType.tb_next.__get__  # type: ignore[attr-defined]
 _frame_globals = types.FrameType.f_globals.__get__  # type: ignore[attr-defined]
+
+
+def _plain_data_containers(obj: Any, cls: type) -> int:
+    """How many containers `obj` is if it is an exact list/tuple/dict of numbers and strings, at most
+    one level nested (a dataset record), else 0. C-level type checks only: such data holds no tensor."""
+    if cls is tuple or cls is list:
+        values: Any = obj
+    elif cls is dict:
+        if not _ATOMIC_EXACT.issuperset(map(type, obj)):
+            return 0
+        values = obj.values()
+    else:
+        return 0
+    value_types = set(map(type, values))
+    if value_types <= _ATOMIC_EXACT:
+        return 1
+    if len(obj) > 64 or not value_types <= _ATOMIC_OR_SEQUENCE:
+        return 0
+    containers = 1
+    for value in values:
+        value_type = type(value)
+        if value_type is tuple or value_type is list:
+            if not _ATOMIC_EXACT.issuperset(map(type, value)):
+                return 0
+            containers += 1
+    return containers
 
 
 def _function_locals(frame: Any) -> list[tuple[str, Any]]:
@@ -200,7 +230,8 @@ class Scanner:
         self._leaf_storages: set[Any] = set()
         self._tensors: list[_Tensor] = []
         self._devices: set[str] = set()
-        self.objects = 0
+        self.objects = 0  # visited one by one (what the object budget limits)
+        self.plain_objects = 0  # plain-data containers counted in bulk
         self.skipped = 0
         self.truncated = False
         self.notes: list[str] = []
@@ -347,6 +378,17 @@ class Scanner:
             return f"{path}.{token}"
         return path + token
 
+    def _path_text(self, path: _Path) -> str:
+        """Spell out a lazy path: most visited objects hold no tensor, so their path is never written."""
+        steps = []
+        while type(path) is tuple:
+            path, how, token = path
+            steps.append((how, token))
+        text = path
+        for how, token in reversed(steps):
+            text = self._child_path(text, how, token)
+        return text
+
     # ------------------------------------------------------------------ tensors
     def _storage(self, t: Any) -> tuple[Any, int]:
         try:
@@ -357,8 +399,8 @@ class Scanner:
         except Exception:  # sparse, nested or otherwise storage-less tensors
             return ("nostorage", id(t)), int(t.numel() * t.element_size())
 
-    def _record_tensor(self, t: Any, path: str, root: RootStats) -> None:
-        path = pretty_path(path)
+    def _record_tensor(self, t: Any, lazy_path: _Path, root: RootStats) -> None:
+        path = pretty_path(self._path_text(lazy_path))
         key, nbytes = self._storage(t)
         counted = key not in self._storages
         self._storages.add(key)
@@ -378,7 +420,8 @@ class Scanner:
 
     def _traverse(self, root: Root, stats: RootStats) -> None:
         budget = self.budget
-        stack: list[tuple[Any, str, int]] = [(root.obj, root.path, 0)]
+        stack: list[tuple[Any, _Path, int]] = [(root.obj, root.path, 0)]
+        categories = self._categories
         torch = self.torch
         tensor_grad = torch._C.TensorBase.grad.__get__ if torch is not None else None
         tensor_is_leaf = torch._C.TensorBase.is_leaf.__get__ if torch is not None else None
@@ -387,8 +430,8 @@ class Scanner:
             oid = id(obj)
             if oid in self._visited:
                 continue
-            category = self._category(type(obj))
-            if category in (ATOMIC, SKIP):
+            category = categories.get(type(obj)) or self._category(type(obj))
+            if category is ATOMIC or category is SKIP:
                 continue
             self._visited.add(oid)
             self.objects += 1
@@ -403,7 +446,7 @@ class Scanner:
                     self._record_tensor(obj, path, stats)
                     grad = tensor_grad(obj) if tensor_grad is not None and tensor_is_leaf(obj) else None
                     if grad is not None:
-                        stack.append((grad, f"{path}.grad", depth + 1))
+                        stack.append((grad, (path, ATTR, "grad"), depth + 1))
                     continue
                 if depth >= budget.max_depth:
                     stats.truncated = self.truncated = True
@@ -413,35 +456,45 @@ class Scanner:
                 self.skipped += 1
 
     def _expandable_children(
-        self, obj: Any, category: str, path: str, depth: int, stats: RootStats
-    ) -> list[tuple[Any, str, int]]:
+        self, obj: Any, category: str, path: _Path, depth: int, stats: RootStats
+    ) -> list[tuple[Any, _Path, int]]:
         """Children worth visiting, in order. Past `max_children` non-tensor children of one container,
-        only tensors are still taken, so one huge container cannot starve its siblings."""
-        out = []
+        only tensors are still taken, so one huge container cannot starve its siblings. Builtin
+        containers of plain data (a record `{"id": 3, "tags": (3, 7)}`) are counted here, not visited."""
+        out: list[tuple[Any, _Path, int]] = []
         others = 0
         limit = self.budget.max_children
         categories = self._categories
+        visited = self._visited
         cls = type(obj)
         if cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
             items: Any = zip(obj, repeat(INDEX), count())
         elif cls is dict:
             items = zip(obj.values(), repeat(KEY), obj.keys())
+            if not _ATOMIC_EXACT.issuperset(map(type, obj)):
+                for key in obj:
+                    if type(key) not in _ATOMIC_EXACT and id(key) not in visited:  # e.g. optimizer state
+                        out.append((key, (path, SUFFIX, f".keys()[{self._key_text(key)}]"), depth))
         else:
             items = self._children(obj, category)
         for i, (child, how, token) in enumerate(items):
-            if how is KEY and cls is dict and type(token) not in _ATOMIC_TYPES and id(token) not in self._visited:
-                out.append((token, f"{path}.keys()[{self._key_text(token)}]", depth))  # e.g. optimizer state
-            child_category = categories.get(type(child)) or self._category(type(child))
-            if child_category is ATOMIC or child_category is SKIP or id(child) in self._visited:
+            child_type = type(child)
+            child_category = categories.get(child_type) or self._category(child_type)
+            if child_category is ATOMIC or child_category is SKIP or id(child) in visited:
                 continue
-            if child_category != TENSOR:
+            if child_category is not TENSOR:
+                plain = _plain_data_containers(child, child_type)
+                if plain:
+                    visited.add(id(child))
+                    self.plain_objects += plain  # cheap: not held against the object budget
+                    continue
                 others += 1
                 if others > limit:
                     if others == limit + 1:
                         stats.truncated = self.truncated = True
-                        self.notes.append(f"{path}: only its first {limit:,} non-tensor items were scanned")
+                        self.notes.append(f"{self._path_text(path)}: only its first {limit:,} non-tensor items were scanned")
                     continue
-            out.append((child, self._child_path(path, how, token), depth))
+            out.append((child, (path, how, token), depth))
             if i % 65536 == 65535 and self._out_of_time():
                 stats.truncated = self.truncated = True
                 break
@@ -599,7 +652,7 @@ class Scanner:
             findings=findings,
             findings_truncated=len(self._tensors) > self.budget.max_findings,
             devices=sorted(self._devices),
-            objects=self.objects,
+            objects=self.objects + self.plain_objects,
             skipped=self.skipped,
             truncated=self.truncated,
             elapsed_s=time.perf_counter() - started,

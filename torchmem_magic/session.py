@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from .analysis import growth_per_step
@@ -583,6 +583,13 @@ class MemwatchSession:
             shm_limit_bytes=None if shm is None else shm.limit_bytes,
             graph_holders=graph_holders,
         )
+        # one estimator for the table and the verdict: the detector's slope after warm-up, where it had enough steps
+        rates = {f.resource: f.per_step_bytes for f in verdict.findings if f.per_step_bytes is not None}
+
+        def with_rate(summary: Any, resource: str) -> Any:
+            return summary if summary is None or resource not in rates else replace(summary, per_step_bytes=rates[resource])
+
+        ram, heap, vram, shm = with_rate(ram, "ram"), with_rate(heap, "heap"), with_rate(vram, "vram"), with_rate(shm, "shm")
         return Report(
             status=status,
             wall_s=wall_s,

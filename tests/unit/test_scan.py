@@ -116,6 +116,15 @@ def test_self_referencing_and_huge_containers_end_within_budget() -> None:
     assert any(f.path == "ns['loop'][0]" for f in result.findings)
 
 
+def test_plain_data_records_are_counted_without_visiting_and_tensors_inside_are_found() -> None:
+    records = [{"id": i, "name": f"row-{i}", "tags": (i % 7, "x")} for i in range(200_000)]
+    records.append({"id": -1, "tags": (1, torch.ones(3))})  # a tensor one level down: not plain data
+    records.append([1.5, [2, 3], ("a", None)])
+    result = memcheck(records, name="records")
+    assert not result.truncated  # plain records are cheap, so the default budget covers them all
+    assert [f.path for f in result.findings] == ["records[200000]['tags'][1]"]
+
+
 def test_views_count_once_and_parameters_are_not_retained_by_graphs() -> None:
     base = torch.ones(1 << 20)
     views = [base, base[:10], base.view(1024, 1024)]
