@@ -5,10 +5,12 @@ Run: make bench   (figures depend on the machine; the README says which one prod
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import re
 import sys
+import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,23 +24,35 @@ import verdicts  # noqa: E402
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
+def machine_speed() -> str:
+    """Two calibration figures, so runs on the same (shared, noisy) machine on different days compare."""
+    python_ns = min(timeit.repeat("sum(range(50))", number=100_000, repeat=5)) / 100_000 * 1e9
+    with open("/proc/self/statm", "rb", buffering=0) as statm:
+        proc_us = min(timeit.repeat(lambda: (statm.seek(0), statm.read()), number=10_000, repeat=5)) / 10_000 * 1e6
+    return f"`sum(range(50))` {python_ns:.0f} ns, a kept-open /proc read {proc_us:.1f} µs"
+
+
 def render() -> str:
     torch.set_num_threads(1)
     lines = [
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
-        "one torch thread. Produced by `make bench`.",
+        f"one torch thread; its speed that day: {machine_speed()}. Produced by `make bench` on {datetime.date.today()}.",
         "",
-        "**Training-loop overhead** (9 rounds of baseline–memwatch–baseline; median of per-round ratios):",
+        "**Training-loop overhead** (9 rounds of baseline–memwatch–baseline; median of per-round ratios and "
+        "their quartiles; *own CPU*: the CPU time memwatch's sampler thread and step samples used, as a share "
+        "of the run's wall time — the part of the cost that the machine's noise does not blur):",
         "",
-        "| workload | configuration | ms/step | overhead |",
-        "|---|---|---|---|",
+        "| workload | configuration | ms/step | overhead (quartiles) | own CPU |",
+        "|---|---|---|---|---|",
     ]
     for row in overhead.run():
         if row["config"] == "baseline":
-            lines.append(f"| {row['workload']} | without memwatch | {row['ms_per_step']:.3f} | — |")
+            lines.append(f"| {row['workload']} | without memwatch | {row['ms_per_step']:.3f} | — | — |")
         else:
+            low, high = row["overhead_iqr_pct"]
             lines.append(
-                f"| {row['workload']} | {row['config']} | {row['ms_per_step']:.3f} | {row['overhead_pct']:+.1f}% |"
+                f"| {row['workload']} | {row['config']} | {row['ms_per_step']:.3f} | {row['overhead_pct']:+.1f}% "
+                f"({low:+.1f}% … {high:+.1f}%) | {row['own_cpu_pct']:.2f}% |"
             )
     lines += ["", "**Hot-path costs** (median µs per call):", "", "| path | µs |", "|---|---|"]
     for name, us in costs.hot_path_costs().items():
@@ -56,9 +70,9 @@ def render() -> str:
     lines += [
         "",
         "**Leak finder speed**: a namespace with 10,000 kept loss tensors (with graphs) and 250,000 records "
-        "(~1.25 M Python objects, 500 k of them containers). Median of 5 scans:",
+        "(~1.25 M Python objects, 500 k of them containers; target: under 1 s). Median of 5 scans (3 without limits):",
         "",
-        "| budget | time | objects visited | truncated | top suspect |",
+        "| budget | time | containers reached | truncated | top suspect |",
         "|---|---|---|---|---|",
         f"| default (what `%%memwatch` / `%memcheck` use) | {default['median_s']:.2f} s | {default['objects']:,} "
         f"| {'yes' if default['truncated'] else 'no'} | {default['top']} |",

@@ -9,6 +9,7 @@ the real loops, as %%memwatch uses it).
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 from pathlib import Path
@@ -71,6 +72,9 @@ def synthetic_cases(n: int) -> list[tuple[str, str, list[float], list[float]]]:
 
 
 def run_loop(body: str) -> tuple[Any, list[float], list[float], int]:
+    # the previous loop's namespace is a reference cycle (its functions' globals): free it now, as a fresh
+    # cell would find it, not in the middle of this loop's series
+    gc.collect()
     namespace: dict[str, Any] = {}
     exec(SETUP, namespace)
     roots = lambda: [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]  # noqa: E731
@@ -79,6 +83,7 @@ def run_loop(body: str) -> tuple[Any, list[float], list[float], int]:
         exec(body, namespace)
     report = session.report
     assert report is not None
+    namespace.clear()
     columns = session.timeline.by_step.columns("step", "ram_bytes")
     return report, list(columns["step"]), list(columns["ram_bytes"]), report.steps
 

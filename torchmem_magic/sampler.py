@@ -41,6 +41,7 @@ class Sampler:
         self.missed_ticks = 0
         self.errors = 0
         self.last_error: str | None = None
+        self.cpu_s = 0.0  # this thread's CPU time, set when it ends (what sampling cost, for the benchmarks)
 
     def start(self) -> None:
         if self._thread is not None:
@@ -78,6 +79,7 @@ class Sampler:
                 self.missed_ticks += missed
                 deadline += missed * self.interval_s
             self._stop.wait(deadline - now)
+        self.cpu_s = time.thread_time()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop and join; safe to call twice or before start."""

@@ -36,7 +36,9 @@ from .timeline import NAN, Timeline
 DEFAULT_INTERVAL_MS = 100.0
 STEP_BUDGET = 0.003  # the step-aligned sample may cost at most ~0.3% of a step (measured cost; cache effects double it)
 MAX_STEP_STRIDE = 1024
-DENSE_STEPS = 64
+DENSE_STEPS = 64  # the first steps are sampled densely, so a verdict forms within a few dozen steps
+DENSE_BUDGET = 0.05  # ... at up to 5% of those steps' time: glibc's mallinfo2 walks every free chunk, so on a
+# fragmented heap one read costs 30-250 µs (measured), which would double a 0.5 ms step
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
 LIVE_VERDICT_STEPS = 30
 LIVE_VERDICT_PERIOD_S = 1.0
@@ -181,6 +183,7 @@ class MemwatchSession:
         self._steps_to_sample = 1
         self._step_stride = 1
         self._step_cost_s = self._drain_cost_s = 0.0
+        self._step_samples_cpu_s = 0.0
         self._last_step_sample_s: float | None = None
         self._last_sampled_step = 0
 
@@ -209,9 +212,9 @@ class MemwatchSession:
         """Optimizer step hook, on the training thread: must stay cheap.
 
         Reads only the ~1 µs counters (kernel RSS, heap, VRAM); children and shm come from the last
-        background tick. The row is queued for the sampler thread, which does the bookkeeping. After
-        the first DENSE_STEPS, when steps are so fast that even this would cost more than
-        STEP_BUDGET of the step time, only every `stride`-th step is sampled (the series stays
+        background tick. The row is queued for the sampler thread, which does the bookkeeping. When
+        steps are so fast that this would cost more than STEP_BUDGET of the step time (DENSE_BUDGET
+        in the first DENSE_STEPS), only every `stride`-th step is sampled (the series stays
         step-aligned, just thinner).
         """
         self.steps += 1
@@ -232,13 +235,14 @@ class MemwatchSession:
         cost_s = time.thread_time() - cpu_started
         previous, self._last_step_sample_s = self._last_step_sample_s, started
         steps_between, self._last_sampled_step = self.steps - self._last_sampled_step, self.steps
-        self._step_cost_s = 0.8 * self._step_cost_s + 0.2 * cost_s
+        self._step_cost_s = 0.8 * self._step_cost_s + 0.2 * cost_s if self._step_cost_s else cost_s
+        self._step_samples_cpu_s += cost_s
         step_s = 0.0 if previous is None else (started - previous) / steps_between
         if step_s > 0:  # from the second sampled step on: the first has no step period yet
             cost_s = self._step_cost_s + self._drain_cost_s
-            self._step_stride = max(1, min(MAX_STEP_STRIDE, math.ceil(cost_s / (STEP_BUDGET * step_s))))
-        # the first DENSE_STEPS are all sampled (a one-off few ms) so a verdict can form early
-        self._steps_to_sample = 1 if self.steps < DENSE_STEPS else self._step_stride
+            budget = DENSE_BUDGET if self.steps < DENSE_STEPS else STEP_BUDGET
+            self._step_stride = max(1, min(MAX_STEP_STRIDE, math.ceil(cost_s / (budget * step_s))))
+        self._steps_to_sample = self._step_stride
 
     def request(self, action: Callable[[], None]) -> None:
         """Run `action` at the next optimizer-step boundary, on the training thread (thread-safe).
@@ -269,7 +273,8 @@ class MemwatchSession:
             self.timeline.by_step.append(rows.popleft())
             count += 1
         if count:
-            self._drain_cost_s = 0.8 * self._drain_cost_s + 0.2 * (time.thread_time() - started) / count
+            cost_s = (time.thread_time() - started) / count
+            self._drain_cost_s = 0.8 * self._drain_cost_s + 0.2 * cost_s if self._drain_cost_s else cost_s
 
     def _on_epoch(self, worker_pids: list[int], batches: int | None) -> None:
         self.timeline.add_epoch(self._elapsed_s(), self.steps)
@@ -282,6 +287,12 @@ class MemwatchSession:
     def _on_tick(self) -> None:
         if self.listener is not None:
             self.listener.on_tick(self)
+
+    @property
+    def own_cpu_s(self) -> float:
+        """CPU time memwatch itself used: step samples on the training thread plus the sampler thread
+        (known once the session has stopped). The benchmarks compare it with the run's wall time."""
+        return self._step_samples_cpu_s + (self._sampler.cpu_s if self._sampler is not None else 0.0)
 
     # ------------------------------------------------------------------ lifecycle
     @property

@@ -155,9 +155,10 @@ def test_very_fast_steps_are_thinned_but_counted_exactly() -> None:
             optimizer.step()
     steps = list(session.timeline.by_step.column("step"))
     assert session.report is not None and session.report.steps == 5000
-    assert session._step_stride > 1 and 64 <= len(steps) < 1000
-    assert steps[:64] == [float(s) for s in range(1, 65)]  # dense start, for an early verdict
-    assert steps == sorted(set(steps)) and steps[0] == 1.0
+    assert session._step_stride > 1 and 12 <= len(steps) < 1000
+    early = sum(1 for s in steps if s <= 64)
+    assert early / 64 > 4 * (len(steps) - early) / (5000 - 64)  # dense start, for an early verdict
+    assert steps == sorted(set(steps)) and steps[:2] == [1.0, 2.0]
 
 
 def test_slow_steps_are_all_sampled() -> None:
