@@ -131,8 +131,11 @@ class MemwatchMagics(Magics):
             if session.running:
                 self._show(session.stop(exc), args, plot)
             raise
-        report = session.stop()
-        self._show(report, args, plot)
+        try:
+            report = session.stop()
+        finally:  # stop() re-raises a worker death it saw after the last batch, once the report exists
+            if session.report is not None:
+                self._show(session.report, args, plot)
         if args.return_report:
             if value is not None:
                 display(value)

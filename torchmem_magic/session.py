@@ -7,6 +7,7 @@ nothing is left behind after an exception or KeyboardInterrupt.
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import threading
@@ -326,6 +327,9 @@ class MemwatchSession:
             self._limit = memory_limit()
             self._strategy_start = sharing_strategy()
             self._devices_start = {d.name: d for d in self._accelerator.details()}
+            # cyclic garbage of earlier cells would otherwise be freed whenever the collector next runs,
+            # as a drop in the middle of this cell's curves (seen to hide a per-epoch staircase)
+            gc.collect()
             if self._roots is not None:  # what each name held before the cell: `new_in_cell`
                 self._baseline = baseline_of(scan_roots(self._roots(), START_SCAN_BUDGET))
             self._started_s = time.perf_counter()
@@ -356,33 +360,39 @@ class MemwatchSession:
                 _registry.active = None
 
     def stop(self, exc: BaseException | None = None) -> Report:
-        """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything."""
+        """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything.
+
+        A worker that died after the loop's last batch (torch raises it from its SIGCHLD handler, into
+        whatever runs at that moment, this method included) is explained in the report and raised
+        afterwards, never lost; while `exc` already propagates, it is that same failure and is dropped.
+        """
         if self.report is not None:
             return self.report
+        interruptions: list[BaseException] = []
         try:
-            self._teardown()
+            _despite_worker_deaths(self._teardown, interruptions)
         finally:
             self._ended_s = time.perf_counter()
+
+        def make_report() -> None:
+            self._final_readings()
+            ended_by = exc or (interruptions[0] if interruptions else None)
+            self.report = self._build_report(_status_of(ended_by), ended_by, self._find_suspects())
+
         try:
-            for attempt in range(4):
-                try:
-                    self._final_readings()
-                    self.report = self._build_report(_status_of(exc), exc, self._find_suspects())
-                    break
-                except Exception as interruption:
-                    # torch's SIGCHLD handler raises "DataLoader worker ... killed" from inside whatever
-                    # runs when a worker dies, here included: the report is made again, not lost
-                    if attempt == 3 or parse_worker_death(str(interruption)) is None:
-                        raise
+            _despite_worker_deaths(make_report, interruptions)
         finally:
             self._roots = None  # the provider may reference the user's namespace
             if self._tree is not None:
                 self._tree.close()
+        assert self.report is not None
         _registry.last = self.report
         if self.listener is not None:
-            self.listener.on_finish(self, self.report)
+            _despite_worker_deaths(lambda: self.listener.on_finish(self, self.report), interruptions)
         if self.print_report:
             print(self.report)
+        if exc is None and interruptions:
+            raise interruptions[0]
         return self.report
 
     def _final_readings(self) -> None:
@@ -625,6 +635,19 @@ class MemwatchSession:
             error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
             timeline=self.timeline,
         )
+
+
+def _despite_worker_deaths(action: Callable[[], None], interruptions: list[BaseException]) -> None:
+    """Run `action` (safe to repeat), again when torch's SIGCHLD handler interrupts it with a
+    "DataLoader worker ... killed" error; the interruptions are collected for the caller."""
+    for attempt in range(4):
+        try:
+            action()
+            return
+        except Exception as interruption:
+            if attempt == 3 or parse_worker_death(str(interruption)) is None:
+                raise
+            interruptions.append(interruption)
 
 
 def memwatch(

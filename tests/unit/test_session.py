@@ -49,6 +49,28 @@ def test_synthetic_leak_of_1mb_per_step_is_measured_as_such() -> None:
     # (RSS may stay flat here: glibc can serve the new tensors from pages earlier tests freed)
 
 
+def test_garbage_of_earlier_cells_is_collected_before_the_first_sample() -> None:
+    from torchmem_magic.probes import HeapProbe
+
+    heap = HeapProbe()
+    if not heap.available:
+        pytest.skip("no heap counters on this platform")
+    was_enabled = gc.isenabled()
+    gc.disable()  # keep the cycle pending, as it can be when a cell starts
+    try:
+        cycle: list[object] = [torch.ones(16 << 20)]  # 64 MiB, touched
+        cycle.append(cycle)
+        del cycle
+        pending_bytes = heap.read()
+        with memwatch(10, quiet=True) as w:
+            pass
+    finally:
+        if was_enabled:
+            gc.enable()
+    first_heap = w.timeline.by_time.first_value("heap_bytes")
+    assert pending_bytes - first_heap > 48 << 20  # freed before the curves start, not in their middle
+
+
 def test_clean_loop_grows_by_almost_nothing() -> None:
     model = torch.nn.Linear(16, 16)
     optimizer = torch.optim.Adam(model.parameters())
@@ -172,3 +194,34 @@ def test_slow_steps_are_all_sampled() -> None:
             optimizer.step()
             time.sleep(0.05)  # a 50 ms step: sampling it costs far below the budget
     assert list(session.timeline.by_step.column("step")) == [float(s) for s in range(1, 13)]
+
+
+@pytest.mark.parametrize("ended_by_error", [True, False])
+def test_a_worker_death_raised_into_teardown_neither_loses_the_report_nor_the_error(
+    monkeypatch: pytest.MonkeyPatch, ended_by_error: bool
+) -> None:
+    """torch's SIGCHLD handler raises into whatever runs when a worker dies, e.g. the sampler's join."""
+    from torchmem_magic.sampler import Sampler
+
+    death = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible ...")
+    real_stop = Sampler.stop
+    raised = []
+
+    def interrupted_stop(self: Sampler, timeout_s: float = 10.0) -> None:
+        real_stop(self, timeout_s)
+        if not raised:
+            raised.append(True)
+            raise death
+
+    monkeypatch.setattr(Sampler, "stop", interrupted_stop)
+    session = MemwatchSession(10).start()
+    if ended_by_error:
+        report = session.stop(death)  # the loop already failed with it: the report explains it, no re-raise
+    else:
+        with pytest.raises(RuntimeError, match="DataLoader worker"):
+            session.stop()  # the death came after the last batch: raised once the report exists
+        report = session.report
+    assert report is not None and report.status == "error" and "pid 4242" in (report.error or "")
+    assert last_report() is report and _sampler_threads() == 0
+    with memwatch(10, quiet=True):  # the registry was released: a new session starts
+        pass
