@@ -48,7 +48,12 @@ class TrainingHooks:
         self.callback_errors = 0
         self.last_callback_error: str | None = None
 
-    def _count_error(self, exc: Exception) -> None:
+    def absorb_error(self, exc: Exception) -> None:
+        """Count a failure of our own callback, so it never breaks the user's loop. Except a worker
+        death: torch's SIGCHLD handler raises it into whatever runs, our callbacks included, and it
+        is the user's error."""
+        if parse_worker_death(str(exc)) is not None:
+            raise exc
         self.callback_errors += 1
         self.last_callback_error = f"{type(exc).__name__}: {exc}"
 
@@ -57,8 +62,8 @@ class TrainingHooks:
             return
         try:
             fn(*args)
-        except Exception as exc:  # never break the user's loop; KeyboardInterrupt still propagates
-            self._count_error(exc)
+        except Exception as exc:  # KeyboardInterrupt still propagates
+            self.absorb_error(exc)
 
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -75,9 +80,7 @@ class TrainingHooks:
                 try:
                     on_step()
                 except Exception as exc:
-                    if parse_worker_death(str(exc)) is not None:
-                        raise  # torch's SIGCHLD handler fired while we ran: it is the user's error
-                    self._count_error(exc)
+                    self.absorb_error(exc)
 
         self._step_handle = register_optimizer_step_post_hook(step_hook)
 

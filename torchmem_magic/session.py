@@ -261,7 +261,7 @@ class MemwatchSession:
             try:
                 action()
             except Exception as exc:  # an action must never break the user's loop
-                self._hooks.last_callback_error = f"{type(exc).__name__}: {exc}"
+                self._hooks.absorb_error(exc)
         if self._stop_requested:
             self._stop_requested = False
             raise StopTraining(f"stopped with the Stop button after step {self.steps}")

@@ -76,3 +76,20 @@ def test_someone_wrapping_our_wrapper_keeps_theirs_and_ours_goes_inert() -> None
         assert epochs == []  # inert
     finally:
         DataLoader.__iter__ = original
+
+
+def test_our_callback_failures_are_counted_but_a_worker_death_raised_into_them_propagates() -> None:
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+
+    def failing(pids: object, length: object) -> None:
+        raise ValueError("our own bug")
+
+    def interrupted(pids: object, length: object) -> None:  # torch's SIGCHLD handler fired in here
+        raise RuntimeError("DataLoader worker (pid(s) 4244) exited unexpectedly")
+
+    with TrainingHooks(lambda: None, failing) as hooks:
+        assert len(list(loader)) == 2  # the loop goes on
+    assert hooks.callback_errors == 1 and "our own bug" in (hooks.last_callback_error or "")
+    with TrainingHooks(lambda: None, interrupted), pytest.raises(RuntimeError, match="4244"):
+        list(loader)
+    assert installed_hook_count() == 0

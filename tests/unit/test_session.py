@@ -225,3 +225,29 @@ def test_a_worker_death_raised_into_teardown_neither_loses_the_report_nor_the_er
     assert last_report() is report and _sampler_threads() == 0
     with memwatch(10, quiet=True):  # the registry was released: a new session starts
         pass
+
+
+def test_requested_actions_run_at_a_step_and_their_failures_stay_out_of_the_loop() -> None:
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    ran_at: list[int] = []
+
+    def broken() -> None:
+        raise ValueError("a button's action failed")
+
+    def dying() -> None:  # as if torch's SIGCHLD handler fired while the action ran
+        raise RuntimeError("DataLoader worker (pid 4243) is killed by signal: Killed.")
+
+    session = MemwatchSession(10)
+    with pytest.raises(RuntimeError, match="pid 4243"):
+        with session:
+            for step in range(1, 50):
+                if step == 5:
+                    session.request(lambda: ran_at.append(session.steps))
+                    session.request(broken)
+                if step == 20:
+                    session.request(dying)
+                _step(model, optimizer)
+    assert ran_at == [5]  # at the step boundary after the request
+    assert "a button's action failed" in (session._hooks.last_callback_error or "")  # kept, not raised
+    assert session.report is not None and session.report.steps == 20 and session.report.status == "error"
