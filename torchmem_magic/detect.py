@@ -176,11 +176,12 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
     if net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net:
         within = [ys[i] - ys[i - 1] for i in range(1, len(ys)) if i not in boundary]
         if abs(sum(within)) < 0.3 * net:
-            starts = sorted(e for e in epoch_steps if xs[0] <= e <= xs[-1])
+            starts = sorted({e for e in epoch_steps if xs[0] <= e <= xs[-1]})  # train + val loaders: one start
             epoch_length = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else xs[-1] - xs[0]
             slope = boundary_growth / len(boundary) / max(epoch_length, 1.0)  # per-epoch growth, spread per step
             return finding("leak", "per-epoch")
-    if jumps and len(jumps) <= max(3, len(ys) // 5) and jump_growth > 0.7 * max(net, 1.0) and net > MIN_TOTAL_BYTES:
+    # the jumps make the growth and nothing comes back: many up-jumps with as many falls is noise or sawtooth
+    if jumps and len(jumps) <= max(3, len(ys) // 5) and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES:
         # with thinned sampling a jump is only known to lie between two sampled steps
         ranges = tuple((int(xs[i - 1]) + 1, int(xs[i])) for i in jumps)
         slope = net / (xs[-1] - xs[0])
