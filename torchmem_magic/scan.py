@@ -71,6 +71,13 @@ _tb_next = types.TracebackType.tb_next.__get__  # type: ignore[attr-defined]
 _frame_globals = types.FrameType.f_globals.__get__  # type: ignore[attr-defined]
 
 
+def _is_ours(cls: type) -> bool:
+    """This package's own objects (a session bound by `with memwatch() as w`, a report): they hold no
+    user memory, but a session's root provider reaches the whole namespace, which would be blamed on it."""
+    module = _type_dict(cls).get("__module__")
+    return type(module) is str and (module == __package__ or module.startswith(f"{__package__}."))
+
+
 def _plain_data_containers(obj: Any, cls: type) -> int:
     """How many containers `obj` is if it is an exact list/tuple/dict of numbers and strings, at most
     one level nested (a dataset record), else 0. C-level type checks only: such data holds no tensor."""
@@ -249,7 +256,7 @@ class Scanner:
             category = TENSOR
         elif issubclass(cls, _SKIP_TYPES) or (
             _type_dict(cls).get("__module__") == "numpy" and _type_name(cls) == "ndarray"
-        ):
+        ) or _is_ours(cls):
             category = SKIP
         elif issubclass(cls, (list, tuple, deque)):
             category = SEQUENCE

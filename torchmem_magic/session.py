@@ -664,11 +664,24 @@ def memwatch(
     propagates after the report is made. With `scan`, the leak finder looks at the calling
     module's global names (at start and end) and fills `report.suspects`.
     """
-    roots = None
+    roots: Callable[[], list[Root]] | None = None
+    sources: list[str] = []
     if scan:
         namespace = sys._getframe(1).f_globals
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        if shell is not None and namespace is shell.user_ns:  # in a notebook: the same roots as %%memwatch
+            from .notebook import notebook_roots, recent_sources
 
-        def roots() -> list[Root]:
-            return [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
+            sources = recent_sources(shell)
 
-    return MemwatchSession(interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots)
+            def roots() -> list[Root]:
+                return notebook_roots(shell)
+        else:
+
+            def roots() -> list[Root]:
+                return [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
+
+    return MemwatchSession(
+        interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources
+    )

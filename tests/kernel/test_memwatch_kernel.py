@@ -185,6 +185,21 @@ def test_synthetic_leak_of_1mb_per_step(kernel: Kernel) -> None:
     kernel.ok("del kept")
 
 
+def test_script_api_in_a_notebook_names_the_users_holder_not_ipython_internals(kernel: Kernel) -> None:
+    kernel.ok(
+        "with torchmem_magic.memwatch(10, quiet=True) as w:\n"
+        "    model = torch.nn.Linear(64, 64); opt = torch.optim.SGD(model.parameters(), lr=0.1); outs = []\n"
+        "    for i in range(20):\n"
+        "        opt.zero_grad(); model(torch.randn(8, 64)).sum().backward(); opt.step()\n"
+        "        outs.append(model(torch.randn(256, 64)))\n"
+    )
+    suspects = kernel.value("[(s['name'], s['kind'], s['fix']) for s in w.report.to_dict()['suspects']]")
+    assert suspects[0][:2] == ["outs", "autograd-graph"], suspects
+    assert "torch.no_grad" in suspects[0][2]
+    assert not any(name.startswith("get_ipython") for name, _, _ in suspects), suspects
+    kernel.ok("del outs, w")
+
+
 def test_output_options(kernel: Kernel) -> None:
     quiet = kernel.ok("%%memwatch -q\nx = 1")
     assert not quiet.of_type("display_data") and not quiet.of_type("comm_open") and quiet.stdout == ""
