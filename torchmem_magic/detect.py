@@ -260,8 +260,9 @@ def decide(
         )
     elif rss and rss.verdict == "leak" and heap and heap.verdict == "clean":
         advice.append(
-            "RSS grows while the heap in use is flat: freed memory the allocator keeps (fragmentation), "
-            "not retention. ctypes.CDLL('libc.so.6').malloc_trim(0) gives it back."
+            "RSS grows while the heap in use is flat: not memory your objects hold, but freed memory the "
+            "allocator keeps (fragmentation) or libraries and buffers loaded on first use. The first kind "
+            "comes back with ctypes.CDLL('libc.so.6').malloc_trim(0) (the 'return heap to OS' button)."
         )
     chosen = None
     for name in RESOURCE_ORDER:
