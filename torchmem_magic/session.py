@@ -163,7 +163,7 @@ class MemwatchSession:
         self._roots = roots
         self._sources = list(sources or [])
         self._baseline: dict[str, int] | None = None
-        self._live_verdict_cache: tuple[float, str] | None = None
+        self._live_verdict_cache: tuple[float, str, dict[str, float]] | None = None
         self._requests: deque[Callable[[], None]] = deque()  # actions to run at the next step boundary
         self._stop_requested = False
         self._first_pass_batches: int | None = None
@@ -412,8 +412,14 @@ class MemwatchSession:
 
     # ------------------------------------------------------------------ results
     def live_status(self) -> LiveStatus:
-        """A snapshot for the live status line (cheap: slopes over at most 256 step samples)."""
+        """A snapshot for the live status line (cheap: slopes over at most 256 step samples, then
+        the live verdict's own rates, so the status line and the final report quote one estimator)."""
         by_time, by_step = self.timeline.by_time, self.timeline.by_step
+        verdict, rates = self._live_verdict()
+
+        def rate(resource: str, column: str) -> float | None:
+            return rates[resource] if resource in rates else growth_per_step(by_step, column, 256)
+
         return LiveStatus(
             elapsed_s=self._elapsed_s() if self._ended_s is None else self._ended_s - (self._started_s or 0.0),
             steps=self.steps,
@@ -424,22 +430,23 @@ class MemwatchSession:
             vram_reserved_bytes=by_time.last_value("vram_reserved_bytes"),
             shm_used_bytes=by_time.last_value("shm_used_bytes"),
             workers=self._workers,
-            ram_per_step=growth_per_step(by_step, "ram_bytes", 256),
-            heap_per_step=growth_per_step(by_step, "heap_bytes", 256),
-            vram_per_step=growth_per_step(by_step, "vram_allocated_bytes", 256),
-            verdict=self._live_verdict(),
+            ram_per_step=rate("ram", "ram_bytes"),
+            heap_per_step=rate("heap", "heap_bytes"),
+            vram_per_step=rate("vram", "vram_allocated_bytes"),
+            verdict=verdict,
         )
 
-    def _live_verdict(self) -> str | None:
-        """A short verdict for the status line, recomputed at most once a second (sampler thread)."""
+    def _live_verdict(self) -> tuple[str | None, dict[str, float]]:
+        """A short verdict and the per-resource rates behind it, recomputed at most once a second
+        (sampler thread); none before LIVE_VERDICT_STEPS."""
         if self.steps < LIVE_VERDICT_STEPS:
-            return None
+            return None, {}
         now = time.perf_counter()
         if self._live_verdict_cache is None or now - self._live_verdict_cache[0] >= LIVE_VERDICT_PERIOD_S:
             v = self.verdict(max_points=64)
             text = v.verdict if v.leak_kind is None else f"{v.verdict}: {v.leak_kind} in {v.resource}"
-            self._live_verdict_cache = (now, text)
-        return self._live_verdict_cache[1]
+            self._live_verdict_cache = (now, text, _rates(v))
+        return self._live_verdict_cache[1], self._live_verdict_cache[2]
 
     def verdict(
         self,
@@ -605,7 +612,7 @@ class MemwatchSession:
             graph_holders=graph_holders,
         )
         # one estimator for the table and the verdict: the detector's slope after warm-up, where it had enough steps
-        rates = {f.resource: f.per_step_bytes for f in verdict.findings if f.per_step_bytes is not None}
+        rates = _rates(verdict)
 
         def with_rate(summary: Any, resource: str) -> Any:
             return summary if summary is None or resource not in rates else replace(summary, per_step_bytes=rates[resource])
@@ -635,6 +642,11 @@ class MemwatchSession:
             error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
             timeline=self.timeline,
         )
+
+
+def _rates(verdict: Verdict) -> dict[str, float]:
+    """Bytes per step of each resource the detector could measure."""
+    return {f.resource: f.per_step_bytes for f in verdict.findings if f.per_step_bytes is not None}
 
 
 def _despite_worker_deaths(action: Callable[[], None], interruptions: list[BaseException]) -> None:

@@ -71,6 +71,22 @@ def test_garbage_of_earlier_cells_is_collected_before_the_first_sample() -> None
     assert pending_bytes - first_heap > 48 << 20  # freed before the curves start, not in their middle
 
 
+def test_the_status_line_quotes_the_rate_the_report_does() -> None:
+    import random
+
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    sizes = random.Random(1)
+    kept = []
+    with memwatch(10, quiet=True) as w:
+        for _ in range(80):
+            _step(model, optimizer)
+            kept.append(torch.ones(sizes.randint(1 << 16, 1 << 19)))  # 0.25-2 MiB: an uneven leak
+    if w.report.heap is None:
+        pytest.skip("no heap counters on this platform")
+    assert w.live_status().heap_per_step == pytest.approx(w.report.heap.per_step_bytes, rel=0.005)
+
+
 def test_clean_loop_grows_by_almost_nothing() -> None:
     model = torch.nn.Linear(16, 16)
     optimizer = torch.optim.Adam(model.parameters())
