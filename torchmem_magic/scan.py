@@ -213,7 +213,7 @@ def pretty_path(path: str) -> str:
             return f".{name}"
         return f"[{name}]" if name.isdigit() else f"[{name!r}]"
 
-    return _MODULE_INTERNALS.sub(plain, path)
+    return _MODULE_INTERNALS.sub(plain, path) if "._" in path else path
 
 
 def _lookup_in_type(cls: type, name: str) -> Any:
@@ -484,17 +484,20 @@ class Scanner:
                         out.append((key, (path, SUFFIX, f".keys()[{self._key_text(key)}]"), depth))
         else:
             items = self._children(obj, category)
+        plain_objects = 0
         for i, (child, how, token) in enumerate(items):
             child_type = type(child)
             child_category = categories.get(child_type) or self._category(child_type)
-            if child_category is ATOMIC or child_category is SKIP or id(child) in visited:
+            if child_category is ATOMIC or child_category is SKIP:
+                continue
+            if child_category is SEQUENCE or child_category is MAPPING:
+                plain = _plain_data_containers(child, child_type)
+                if plain:  # holds no tensor: counted (again, if reached twice), never visited
+                    plain_objects += plain
+                    continue
+            if id(child) in visited:
                 continue
             if child_category is not TENSOR:
-                plain = _plain_data_containers(child, child_type)
-                if plain:
-                    visited.add(id(child))
-                    self.plain_objects += plain  # cheap: not held against the object budget
-                    continue
                 others += 1
                 if others > limit:
                     if others == limit + 1:
@@ -505,6 +508,7 @@ class Scanner:
             if i % 65536 == 65535 and self._out_of_time():
                 stats.truncated = self.truncated = True
                 break
+        self.plain_objects += plain_objects  # cheap: not held against the object budget
         return out
 
     # ------------------------------------------------------------------ autograd graphs
@@ -603,9 +607,11 @@ class Scanner:
         return nodes, saved_bytes, None
 
     @staticmethod
-    def _oldest_node(entries: list[_Tensor]) -> float:
+    def _oldest_node(entries: list[_Tensor], sample: int = 256) -> float:
+        """The lowest autograd sequence number among a root's first tensors (containers are walked in
+        order, so the first ones are the oldest; each `grad_fn` costs a Python wrapper)."""
         numbers = []
-        for entry in entries:
+        for entry in entries[:sample]:
             grad_fn = entry.tensor.grad_fn
             if grad_fn is not None:
                 try:
@@ -651,7 +657,8 @@ class Scanner:
         # after all roots are traversed: saved tensors reachable directly are not "kept by the graph".
         # Oldest graphs first: where two names share a graph (`h` carried across steps and this
         # step's `loss = head(h)`), the older one is the holder of the shared part.
-        for name, entries in sorted(by_root.items(), key=lambda item: self._oldest_node(item[1])):
+        order = sorted(by_root.items(), key=lambda item: self._oldest_node(item[1])) if len(by_root) > 1 else by_root.items()
+        for name, entries in order:
             self._walk_graphs(stats_by_name[name], entries, seen_nodes)
         findings = self._findings()
         result = ScanResult(

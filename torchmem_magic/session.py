@@ -37,9 +37,9 @@ from .timeline import NAN, Timeline
 DEFAULT_INTERVAL_MS = 100.0
 STEP_BUDGET = 0.003  # the step-aligned sample may cost at most ~0.3% of a step (measured cost; cache effects double it)
 MAX_STEP_STRIDE = 1024
-DENSE_STEPS = 64  # the first steps are sampled densely, so a verdict forms within a few dozen steps
-DENSE_BUDGET = 0.05  # ... at up to 5% of those steps' time: glibc's mallinfo2 walks every free chunk, so on a
-# fragmented heap one read costs 30-250 µs (measured), which would double a 0.5 ms step
+DENSE_STEPS = 64  # the first steps are all sampled, so a verdict forms within a few dozen steps ...
+DENSE_COST_S = 0.02  # ... as long as that one-off costs under 20 ms; past it, at most 5% of a step: glibc's
+DENSE_BUDGET = 0.05  # mallinfo2 walks every free chunk, 30-250 µs per read on a churned heap (measured)
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
 LIVE_VERDICT_STEPS = 30
 LIVE_VERDICT_PERIOD_S = 1.0
@@ -214,9 +214,9 @@ class MemwatchSession:
 
         Reads only the ~1 µs counters (kernel RSS, heap, VRAM); children and shm come from the last
         background tick. The row is queued for the sampler thread, which does the bookkeeping. When
-        steps are so fast that this would cost more than STEP_BUDGET of the step time (DENSE_BUDGET
-        in the first DENSE_STEPS), only every `stride`-th step is sampled (the series stays
-        step-aligned, just thinner).
+        steps are so fast that this would cost more than STEP_BUDGET of the step time, only every
+        `stride`-th step is sampled (the series stays step-aligned, just thinner). The first
+        DENSE_STEPS are all sampled while that costs under DENSE_COST_S, then within DENSE_BUDGET.
         """
         self.steps += 1
         if self._requests or self._stop_requested:
@@ -243,6 +243,8 @@ class MemwatchSession:
             cost_s = self._step_cost_s + self._drain_cost_s
             budget = DENSE_BUDGET if self.steps < DENSE_STEPS else STEP_BUDGET
             self._step_stride = max(1, min(MAX_STEP_STRIDE, math.ceil(cost_s / (budget * step_s))))
+            if self.steps < DENSE_STEPS and self._step_samples_cpu_s < DENSE_COST_S:
+                self._step_stride = 1
         self._steps_to_sample = self._step_stride
 
     def request(self, action: Callable[[], None]) -> None:
