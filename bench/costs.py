@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import torch
 
 from torchmem_magic import MemwatchSession
+from torchmem_magic.probes import HeapProbe
 from torchmem_magic.timeline import COLUMNS, Timeline
 
 
@@ -39,7 +42,19 @@ def hot_path_costs() -> dict[str, float]:
         "step hook, step sampled (training thread)": sampled_us,
         "filing one step row (sampler thread)": filing_us,
         "background tick (sampler thread)": tick_us,
+        "heap read (mallinfo2), fresh process": _fresh_heap_read_us(),
+        "heap read (mallinfo2), this process after the overhead runs": _median_us(HeapProbe().read),
     }
+
+
+def _fresh_heap_read_us() -> float:
+    """mallinfo2 walks every free chunk, so its cost depends on the heap's history: a new process."""
+    code = (
+        "import statistics, time; from torchmem_magic.probes import HeapProbe; h = HeapProbe(); t = []\n"
+        "for _ in range(2000):\n    s = time.perf_counter(); h.read(); t.append(time.perf_counter() - s)\n"
+        "print(statistics.median(t) * 1e6)"
+    )
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def day_long_buffers(interval_s: float = 0.1, steps_per_s: float = 50.0) -> dict[str, float]:

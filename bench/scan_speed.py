@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from typing import Any
@@ -52,6 +53,16 @@ def run(repeats: int = 5, budget: Budget | None = None, namespace: dict[str, Any
         "top": f"{top.name} ({top.kind}, {top.tensors:,} tensors, ~{top.graph_nodes:,} nodes)",
         "estimated": any(r.graph_estimated for r in result.roots),
     }
+
+
+def collect_s(repeats: int = 3) -> float:
+    """What the `gc.collect()` a session runs before its first sample costs with this namespace alive."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        gc.collect()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 if __name__ == "__main__":

@@ -124,23 +124,27 @@ class MemwatchMagics(Magics):
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
         except StopTraining as exc:  # the Stop button: a clean end, reported, no traceback
-            report = session.stop(exc)
-            self._show(report, args, plot)
+            report = self._stop_and_show(session, exc, args, plot)
             return report if args.return_report else None
         except BaseException as exc:
             if session.running:
-                self._show(session.stop(exc), args, plot)
+                self._stop_and_show(session, exc, args, plot)
             raise
-        try:
-            report = session.stop()
-        finally:  # stop() re-raises a worker death it saw after the last batch, once the report exists
-            if session.report is not None:
-                self._show(session.report, args, plot)
+        report = self._stop_and_show(session, None, args, plot)
         if args.return_report:
             if value is not None:
                 display(value)
             return report
         return value
+
+    def _stop_and_show(self, session: MemwatchSession, exc: BaseException | None, args: Any, plot: bool) -> Any:
+        """End the session and render its report, also when stop() raises a DataLoader worker's death
+        that it saw itself (the report exists and explains it by then)."""
+        try:
+            return session.stop(exc)
+        finally:
+            if session.report is not None:
+                self._show(session.report, args, plot)
 
     @staticmethod
     def _show(report: Any, args: Any, plot: bool) -> None:

@@ -7,6 +7,7 @@ nothing is left behind after an exception or KeyboardInterrupt.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import sys
@@ -39,9 +40,10 @@ STEP_BUDGET = 0.003  # the step-aligned sample may cost at most ~0.3% of a step 
 MAX_STEP_STRIDE = 1024
 DENSE_STEPS = 64  # the first steps are all sampled, so a verdict forms within a few dozen steps ...
 DENSE_COST_S = 0.02  # ... as long as that one-off costs under 20 ms; past it, at most 5% of a step: glibc's
-DENSE_BUDGET = 0.05  # mallinfo2 walks every free chunk, 30-250 µs per read on a churned heap (measured)
+DENSE_BUDGET = 0.05  # mallinfo2 walks every free chunk: ~100x dearer on a churned heap (bench/costs.py)
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
 LIVE_VERDICT_STEPS = 30
+RATE_COLUMNS = {"ram": "ram_bytes", "heap": "heap_bytes", "vram": "vram_allocated_bytes", "shm": "shm_used_bytes"}
 LIVE_VERDICT_PERIOD_S = 1.0
 START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals are needed
 END_SCAN_BUDGET = Budget(time_s=1.0)
@@ -236,15 +238,16 @@ class MemwatchSession:
         cost_s = time.thread_time() - cpu_started
         previous, self._last_step_sample_s = self._last_step_sample_s, started
         steps_between, self._last_sampled_step = self.steps - self._last_sampled_step, self.steps
-        self._step_cost_s = 0.8 * self._step_cost_s + 0.2 * cost_s if self._step_cost_s else cost_s
+        self._step_cost_s = _smoothed(self._step_cost_s, cost_s)
         self._step_samples_cpu_s += cost_s
         step_s = 0.0 if previous is None else (started - previous) / steps_between
-        if step_s > 0:  # from the second sampled step on: the first has no step period yet
+        dense = self.steps < DENSE_STEPS
+        if dense and self._step_samples_cpu_s < DENSE_COST_S:
+            self._step_stride = 1
+        elif step_s > 0:  # from the second sampled step on: the first has no step period yet
+            budget = DENSE_BUDGET if dense else STEP_BUDGET
             cost_s = self._step_cost_s + self._drain_cost_s
-            budget = DENSE_BUDGET if self.steps < DENSE_STEPS else STEP_BUDGET
             self._step_stride = max(1, min(MAX_STEP_STRIDE, math.ceil(cost_s / (budget * step_s))))
-            if self.steps < DENSE_STEPS and self._step_samples_cpu_s < DENSE_COST_S:
-                self._step_stride = 1
         self._steps_to_sample = self._step_stride
 
     def request(self, action: Callable[[], None]) -> None:
@@ -276,8 +279,7 @@ class MemwatchSession:
             self.timeline.by_step.append(rows.popleft())
             count += 1
         if count:
-            cost_s = (time.thread_time() - started) / count
-            self._drain_cost_s = 0.8 * self._drain_cost_s + 0.2 * cost_s if self._drain_cost_s else cost_s
+            self._drain_cost_s = _smoothed(self._drain_cost_s, (time.thread_time() - started) / count)
 
     def _on_epoch(self, worker_pids: list[int], batches: int | None) -> None:
         self.timeline.add_epoch(self._elapsed_s(), self.steps)
@@ -364,9 +366,10 @@ class MemwatchSession:
     def stop(self, exc: BaseException | None = None) -> Report:
         """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything.
 
-        A worker that died after the loop's last batch (torch raises it from its SIGCHLD handler, into
-        whatever runs at that moment, this method included) is explained in the report and raised
-        afterwards, never lost; while `exc` already propagates, it is that same failure and is dropped.
+        A DataLoader worker's death that torch's SIGCHLD handler raises into this method (it raises
+        into whatever runs at that moment) is explained in the report and raised once the report
+        exists (chained to `exc`), never lost; when `exc` is that death already, repeats are dropped.
+        A death is the better explanation than what the loop saw of it (a reset connection, say).
         """
         if self.report is not None:
             return self.report
@@ -376,9 +379,15 @@ class MemwatchSession:
         finally:
             self._ended_s = time.perf_counter()
 
+        def worker_death() -> BaseException | None:
+            """A death seen here that is not what the block already raised."""
+            if not interruptions or (exc is not None and parse_worker_death(str(exc)) is not None):
+                return None
+            return interruptions[0]
+
         def make_report() -> None:
             self._final_readings()
-            ended_by = exc or (interruptions[0] if interruptions else None)
+            ended_by = worker_death() or exc
             self.report = self._build_report(_status_of(ended_by), ended_by, self._find_suspects())
 
         try:
@@ -393,8 +402,9 @@ class MemwatchSession:
             _despite_worker_deaths(lambda: self.listener.on_finish(self, self.report), interruptions)
         if self.print_report:
             print(self.report)
-        if exc is None and interruptions:
-            raise interruptions[0]
+        death = worker_death()
+        if death is not None:
+            raise death from exc
         return self.report
 
     def _final_readings(self) -> None:
@@ -416,12 +426,8 @@ class MemwatchSession:
     def live_status(self) -> LiveStatus:
         """A snapshot for the live status line (cheap: slopes over at most 256 step samples, then
         the live verdict's own rates, so the status line and the final report quote one estimator)."""
-        by_time, by_step = self.timeline.by_time, self.timeline.by_step
+        by_time = self.timeline.by_time
         verdict, rates = self._live_verdict()
-
-        def rate(resource: str, column: str) -> float | None:
-            return rates[resource] if resource in rates else growth_per_step(by_step, column, 256)
-
         return LiveStatus(
             elapsed_s=self._elapsed_s() if self._ended_s is None else self._ended_s - (self._started_s or 0.0),
             steps=self.steps,
@@ -432,11 +438,18 @@ class MemwatchSession:
             vram_reserved_bytes=by_time.last_value("vram_reserved_bytes"),
             shm_used_bytes=by_time.last_value("shm_used_bytes"),
             workers=self._workers,
-            ram_per_step=rate("ram", "ram_bytes"),
-            heap_per_step=rate("heap", "heap_bytes"),
-            vram_per_step=rate("vram", "vram_allocated_bytes"),
+            ram_per_step=self._per_step(rates, "ram", 256),
+            heap_per_step=self._per_step(rates, "heap", 256),
+            vram_per_step=self._per_step(rates, "vram", 256),
             verdict=verdict,
         )
+
+    def _per_step(self, rates: dict[str, float], resource: str, max_points: int = 1024) -> float | None:
+        """Bytes per step of a resource: the detector's rate where it had enough steps, else the
+        split-half slope of the step-aligned series (a first figure, before any verdict)."""
+        if resource in rates:
+            return rates[resource]
+        return growth_per_step(self.timeline.by_step, RATE_COLUMNS[resource], max_points)
 
     def _live_verdict(self) -> tuple[str | None, dict[str, float]]:
         """A short verdict and the per-resource rates behind it, recomputed at most once a second
@@ -521,7 +534,7 @@ class MemwatchSession:
         return max(finite) if finite else NAN
 
     def _vram_summary(self) -> VramSummary | None:
-        by_time, by_step = self.timeline.by_time, self.timeline.by_step
+        by_time = self.timeline.by_time
         devices_end = self._accelerator.details()
         allocated_peak = self._peak("vram_allocated_bytes")
         if math.isnan(allocated_peak) and not devices_end:
@@ -540,7 +553,7 @@ class MemwatchSession:
             allocated_peak_bytes=max(_int_or(allocated_peak), peak_from_counters),
             reserved_end_bytes=_int_or(by_time.last_value("vram_reserved_bytes")),
             reserved_peak_bytes=_int_or(self._peak("vram_reserved_bytes")),
-            per_step_bytes=growth_per_step(by_step, "vram_allocated_bytes"),
+            per_step_bytes=None,  # filled from the verdict below
             limit_bytes=sum(t for t in totals if t) if totals and all(totals) else None,
             devices=tuple(d.name for d in devices_end),
             num_alloc_retries=sum(d.num_alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
@@ -555,12 +568,12 @@ class MemwatchSession:
     def _build_report(self, status: Status, exc: BaseException | None, suspects: tuple[Suspect, ...]) -> Report:
         from .probes import sharing_strategy
 
-        by_time, by_step = self.timeline.by_time, self.timeline.by_step
+        by_time = self.timeline.by_time
         ram = RamSummary(
             start_bytes=_int_or(by_time.first_value("ram_bytes")),
             end_bytes=_int_or(by_time.last_value("ram_bytes")),
             peak_bytes=_int_or(self._peak("ram_bytes")),
-            per_step_bytes=growth_per_step(by_step, "ram_bytes"),
+            per_step_bytes=None,  # filled from the verdict below
             limit_bytes=self._limit.limit_bytes,
             limit_source=self._limit.source,
         )
@@ -570,7 +583,7 @@ class MemwatchSession:
                 start_bytes=_int_or(by_time.first_value("heap_bytes")),
                 end_bytes=_int_or(by_time.last_value("heap_bytes")),
                 peak_bytes=_int_or(self._peak("heap_bytes")),
-                per_step_bytes=growth_per_step(by_step, "heap_bytes"),
+                per_step_bytes=None,  # filled from the verdict below
             )
         shm = None
         shm_reading = self._shm.read()
@@ -581,7 +594,7 @@ class MemwatchSession:
                 peak_bytes=_int_or(self._peak("shm_used_bytes")),
                 limit_bytes=shm_reading.total_bytes,
                 strategy=sharing_strategy(),
-                per_step_bytes=growth_per_step(by_step, "shm_used_bytes"),
+                per_step_bytes=None,  # filled from the verdict below
                 path=self.shm_path,
                 torch_segments=self._shm.torch_segments(self._tree.pids()),
             )
@@ -617,7 +630,7 @@ class MemwatchSession:
         rates = _rates(verdict)
 
         def with_rate(summary: Any, resource: str) -> Any:
-            return summary if summary is None or resource not in rates else replace(summary, per_step_bytes=rates[resource])
+            return None if summary is None else replace(summary, per_step_bytes=self._per_step(rates, resource))
 
         ram, heap, vram, shm = with_rate(ram, "ram"), with_rate(heap, "heap"), with_rate(vram, "vram"), with_rate(shm, "shm")
         return Report(
@@ -644,6 +657,16 @@ class MemwatchSession:
             error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
             timeline=self.timeline,
         )
+
+
+def _module_roots(namespace: dict[str, Any]) -> list[Root]:
+    """A script's global names (not `_private` ones)."""
+    return [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
+
+
+def _smoothed(previous_s: float, value_s: float) -> float:
+    """An exponential average of a measured cost, started at the first measurement (not at 0)."""
+    return 0.8 * previous_s + 0.2 * value_s if previous_s else value_s
 
 
 def _rates(verdict: Verdict) -> dict[str, float]:
@@ -688,13 +711,9 @@ def memwatch(
             from .notebook import notebook_roots, recent_sources
 
             sources = recent_sources(shell)
-
-            def roots() -> list[Root]:
-                return notebook_roots(shell)
+            roots = functools.partial(notebook_roots, shell)
         else:
-
-            def roots() -> list[Root]:
-                return [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
+            roots = functools.partial(_module_roots, namespace)
 
     return MemwatchSession(
         interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources

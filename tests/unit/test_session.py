@@ -212,14 +212,16 @@ def test_slow_steps_are_all_sampled() -> None:
     assert list(session.timeline.by_step.column("step")) == [float(s) for s in range(1, 13)]
 
 
-@pytest.mark.parametrize("ended_by_error", [True, False])
+DEATH = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible ...")
+
+
+@pytest.mark.parametrize("ended_by", ["the death", "what the loop saw of it", "nothing"])
 def test_a_worker_death_raised_into_teardown_neither_loses_the_report_nor_the_error(
-    monkeypatch: pytest.MonkeyPatch, ended_by_error: bool
+    monkeypatch: pytest.MonkeyPatch, ended_by: str
 ) -> None:
     """torch's SIGCHLD handler raises into whatever runs when a worker dies, e.g. the sampler's join."""
     from torchmem_magic.sampler import Sampler
 
-    death = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible ...")
     real_stop = Sampler.stop
     raised = []
 
@@ -227,15 +229,17 @@ def test_a_worker_death_raised_into_teardown_neither_loses_the_report_nor_the_er
         real_stop(self, timeout_s)
         if not raised:
             raised.append(True)
-            raise death
+            raise DEATH
 
     monkeypatch.setattr(Sampler, "stop", interrupted_stop)
     session = MemwatchSession(10).start()
-    if ended_by_error:
-        report = session.stop(death)  # the loop already failed with it: the report explains it, no re-raise
+    if ended_by == "the death":
+        report = session.stop(DEATH)  # the loop already failed with it: the report explains it, no re-raise
     else:
-        with pytest.raises(RuntimeError, match="DataLoader worker"):
-            session.stop()  # the death came after the last batch: raised once the report exists
+        seen = ConnectionResetError(104, "Connection reset by peer") if ended_by != "nothing" else None
+        with pytest.raises(RuntimeError, match="DataLoader worker") as raised_death:
+            session.stop(seen)  # raised once the report exists, chained to what the loop saw
+        assert raised_death.value.__cause__ is seen
         report = session.report
     assert report is not None and report.status == "error" and "pid 4242" in (report.error or "")
     assert last_report() is report and _sampler_threads() == 0
