@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from torchmem_magic import MemwatchSession
-from torchmem_magic.probes import HeapProbe
+from torchmem_magic.probes.heap import HeapProbe
 from torchmem_magic.timeline import COLUMNS, Timeline
 
 
@@ -31,11 +31,11 @@ def hot_path_costs() -> dict[str, float]:
         skipped_us = _median_us(session._on_step)
 
         def sampled_step() -> None:
-            session._steps_to_sample = 1  # force a sample on this step
+            session.sampling.sample_next()  # force a sample on this step
             session._on_step()
 
         sampled_us = _median_us(sampled_step)
-        filing_us = _median_us(session._drain_step_rows, n=1) / 2000  # files the 2,000 queued rows
+        filing_us = _median_us(session._file_step_rows, n=1) / 2000  # files the 2,000 queued rows
         tick_us = _median_us(session._background_row, n=500)
     return {
         "step hook, step not sampled": skipped_us,
@@ -50,8 +50,8 @@ def hot_path_costs() -> dict[str, float]:
 def _fresh_heap_read_us() -> float:
     """mallinfo2 walks every free chunk, so its cost depends on the heap's history: a new process."""
     code = (
-        "import statistics, time; from torchmem_magic.probes import HeapProbe; h = HeapProbe(); t = []\n"
-        "for _ in range(2000):\n    s = time.perf_counter(); h.read(); t.append(time.perf_counter() - s)\n"
+        "import statistics, time; from torchmem_magic.probes.heap import HeapProbe; h = HeapProbe(); t = []\n"
+        "for _ in range(2000):\n    s = time.perf_counter(); h.heap_bytes(); t.append(time.perf_counter() - s)\n"
         "print(statistics.median(t) * 1e6)"
     )
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
@@ -62,13 +62,13 @@ def day_long_buffers(interval_s: float = 0.1, steps_per_s: float = 50.0) -> dict
     rows = int(24 * 3600 / interval_s)
     tracemalloc.start()
     timeline = Timeline()
-    row = [1e9] * len(COLUMNS)
+    row = dict.fromkeys(COLUMNS, 1e9)
     for i in range(rows):
-        row[0] = i * interval_s
+        row["t_s"] = i * interval_s
         timeline.by_time.append(row)
-    step_row = list(row)
+    step_row = dict(row)
     for i in range(int(rows * interval_s * steps_per_s) // 10):  # a tenth of a day of steps: same bound
-        step_row[1] = i
+        step_row["step"] = i
         timeline.by_step.append(step_row)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

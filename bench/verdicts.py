@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from leaky_loops import CLEAN, LEAKS, SETUP  # noqa: E402
 
 from torchmem_magic import MemwatchSession  # noqa: E402
-from torchmem_magic.detect import MIB, Series, decide  # noqa: E402
+from torchmem_magic.verdict import MIB, Series, decide  # noqa: E402
 from torchmem_magic.scan import Root  # noqa: E402
 
 

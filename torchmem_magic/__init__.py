@@ -19,7 +19,8 @@ from .actions import (
 )
 from .check import memcheck
 from .model import MemcheckResult, Report
-from .session import MemwatchSession, last_report, memwatch
+from .api import memwatch
+from .session import MemwatchSession, last_report
 
 __all__ = [
     "MemcheckResult",

@@ -17,7 +17,10 @@ from typing import Any
 import psutil
 
 from .notebook import _NUMBERED_OUTPUT
-from .probes import AcceleratorProbe, HeapProbe, ShmProbe, sharing_strategy
+from .probes.accelerator import AcceleratorProbe
+from .probes.heap import HeapProbe
+from .probes.limits import sharing_strategy
+from .probes.shm import ShmProbe
 
 
 def _shell(shell: Any | None) -> Any:
@@ -35,10 +38,10 @@ def _heap_freed(action: Any) -> int:
     """Run `action`, collect garbage, and return how many heap bytes came back (0 if unknown)."""
     heap = HeapProbe()
     gc.collect()
-    before = heap.read()
+    before = heap.heap_bytes()
     action()
     gc.collect()
-    after = heap.read()
+    after = heap.heap_bytes()
     return 0 if before != before or after != after else int(max(0.0, before - after))
 
 
@@ -131,8 +134,9 @@ class ActionResult:
 
 
 def _snapshot() -> tuple[int | None, int, int | None, int | None]:
-    heap = HeapProbe().read()
-    allocated, reserved = AcceleratorProbe().read()
+    heap = HeapProbe().heap_bytes()
+    vram = AcceleratorProbe().read()
+    allocated, reserved = vram["vram_allocated_bytes"], vram["vram_reserved_bytes"]
     return (
         None if heap != heap else int(heap),
         psutil.Process().memory_info().rss,
@@ -222,7 +226,7 @@ def sharing_info(workers: int = 0, shm_path: str = "/dev/shm") -> SharingInfo:
     torch = sys.modules.get("torch")
     strategy = sharing_strategy()
     strategies = tuple(sorted(torch.multiprocessing.get_all_sharing_strategies())) if torch is not None else ()
-    shm = ShmProbe(shm_path).read()
+    shm = ShmProbe(shm_path).usage()
     try:
         open_files: int | None = len(os.listdir("/proc/self/fd"))
     except OSError:

@@ -1,12 +1,16 @@
-"""Why did a DataLoader worker die? An explanation from the curves just before it (pure).
+"""Why did a DataLoader worker die? An explanation from how it ended and the curves just before (pure).
 
-PyTorch reports "DataLoader worker (pid N) is killed by signal: Killed." (SIGKILL: usually the OOM
-killer) or "... Bus error." (SIGBUS: /dev/shm full). The curves say which is likely.
+The process probe reads each worker's exit status: SIGKILL is usually the OOM killer, SIGBUS a full
+/dev/shm. That is what decides, not the text of whatever exception the training loop happened to
+see (torch's "DataLoader worker (pid N) is killed by signal: Killed.", or only a reset connection
+when the machine is busy). The curves say which limit was near.
 """
 
 from __future__ import annotations
 
 import re
+import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .units import format_bytes
@@ -16,12 +20,51 @@ NEAR_FULL = 0.9
 
 
 @dataclass(frozen=True)
+class WorkerExit:
+    """How one DataLoader worker process ended: by a signal, or with an exit code."""
+
+    pid: int
+    signal_number: int | None  # SIGKILL (the OOM killer), SIGBUS (/dev/shm full), ...
+    exit_code: int | None  # when it exited on its own; 0 is a normal end of epoch
+
+    @property
+    def abnormal(self) -> bool:
+        return self.signal_number is not None or bool(self.exit_code)
+
+    @property
+    def signal_name(self) -> str | None:
+        """'Killed', 'Bus error': the words torch's own message uses."""
+        if self.signal_number is None:
+            return None
+        try:
+            return signal.strsignal(self.signal_number) or f"signal {self.signal_number}"
+        except ValueError:
+            return f"signal {self.signal_number}"
+
+
+@dataclass(frozen=True)
 class WorkerDeath:
     pids: tuple[int, ...]
     signal: str | None  # "Killed", "Bus error", ... or None ("exited unexpectedly")
 
 
+def death_from_exits(exits: Iterable[WorkerExit]) -> WorkerDeath | None:
+    """The death that explains a failed run, from the workers' exit statuses.
+
+    A signal other than SIGTERM comes first: SIGTERM is also how torch stops the remaining workers
+    once one has died. A non-zero exit code (an exception inside the worker) comes last.
+    """
+    abnormal = [e for e in exits if e.abnormal]
+    if not abnormal:
+        return None
+    rank = {signal.SIGTERM.value: 1, None: 2}
+    cause = min(abnormal, key=lambda e: rank.get(e.signal_number, 0))
+    same = [e.pid for e in abnormal if (e.signal_number, e.exit_code) == (cause.signal_number, cause.exit_code)]
+    return WorkerDeath(tuple(sorted(same)), cause.signal_name)
+
+
 def parse_worker_death(message: str) -> WorkerDeath | None:
+    """torch's message for a dead worker, as raised into whatever code runs when SIGCHLD arrives."""
     match = _WORKER_DEATH.search(message)
     if match is None:
         return None
@@ -37,6 +80,7 @@ def explain_worker_death(
     shm_used_bytes: float | None,
     shm_total_bytes: float | None,
     limit_source: str = "system",
+    shm_path: str = "/dev/shm",
 ) -> list[str]:
     """The likely cause and the fix, from the last RAM and /dev/shm readings before the death."""
     who = f"DataLoader worker {', '.join(map(str, death.pids))} died" + (f" ({death.signal})" if death.signal else "")
@@ -44,7 +88,7 @@ def explain_worker_death(
     shm_share = shm_used_bytes / shm_total_bytes if shm_used_bytes is not None and shm_total_bytes else 0.0
     if shm_share >= NEAR_FULL or (death.signal or "").lower().startswith("bus"):
         return [
-            f"{who}: /dev/shm was {shm_share:.0%} full ({format_bytes(shm_used_bytes or 0)} of {format_bytes(shm_total_bytes or 0)}) — "
+            f"{who}: {shm_path} was {shm_share:.0%} full ({format_bytes(shm_used_bytes or 0)} of {format_bytes(shm_total_bytes or 0)}) — "
             "workers pass batches through shared memory and a full /dev/shm ends in a bus error",
             "fix: give the container more shared memory (docker --shm-size=8g or --ipc=host), "
             "torch.multiprocessing.set_sharing_strategy('file_system'), or fewer workers / a lower prefetch_factor",
@@ -57,8 +101,8 @@ def explain_worker_death(
             "page by page: use numpy/torch arrays), or use fewer workers / smaller batches",
         ]
     return [
-        f"{who}: neither memory nor /dev/shm was near its limit (RAM {ram_share:.0%} of the {limit_source} limit, "
-        f"/dev/shm {shm_share:.0%}) — an external kill, or an OOM kill of another group; `dmesg` says which",
+        f"{who}: neither memory nor {shm_path} was near its limit (RAM {ram_share:.0%} of the {limit_source} limit, "
+        f"{shm_path} {shm_share:.0%}) — an external kill, or an OOM kill of another group; `dmesg` says which",
     ]
 
 

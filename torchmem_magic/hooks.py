@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .forensics import parse_worker_death
+from .probes.base import ErrorCount
 
 
 def _length(iterator: Any) -> int | None:
@@ -26,27 +27,30 @@ def _length(iterator: Any) -> int | None:
         return None
 
 
-def _worker_pids(iterator: Any) -> list[int]:
-    pids = []
+def _workers(iterator: Any) -> list[tuple[int, Any]]:
+    """(pid, multiprocessing.Process) of a multi-process iterator's workers (its Process object keeps
+    the exit code once multiprocessing has reaped the worker)."""
+    workers = []
     for worker in getattr(iterator, "_workers", None) or ():
         pid = getattr(worker, "pid", None)
         if isinstance(pid, int):
-            pids.append(pid)
-    return pids
+            workers.append((pid, worker))
+    return workers
 
 
 class TrainingHooks:
     """Installs the step and epoch hooks; `remove()` (or leaving the `with`) restores everything."""
 
-    def __init__(self, on_step: Callable[[], None], on_epoch: Callable[[list[int], int | None], None]) -> None:
+    def __init__(
+        self, on_step: Callable[[], None], on_epoch: Callable[[list[tuple[int, Any]], int | None], None]
+    ) -> None:
         self._on_step = on_step
         self._on_epoch = on_epoch
         self._step_handle: Any = None
         self._original_iter: Any = None
         self._wrapped_iter: Any = None
         self.active = False
-        self.callback_errors = 0
-        self.last_callback_error: str | None = None
+        self.errors = ErrorCount("step/epoch hooks")
 
     def absorb_error(self, exc: Exception) -> None:
         """Count a failure of our own callback, so it never breaks the user's loop. Except a worker
@@ -54,8 +58,7 @@ class TrainingHooks:
         is the user's error."""
         if parse_worker_death(str(exc)) is not None:
             raise exc
-        self.callback_errors += 1
-        self.last_callback_error = f"{type(exc).__name__}: {exc}"
+        self.errors.record(exc)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         if not self.active:
@@ -90,7 +93,7 @@ class TrainingHooks:
         @functools.wraps(original)
         def __iter__(loader: Any) -> Any:
             iterator = original(loader)
-            hooks._guarded(hooks._on_epoch, _worker_pids(iterator), _length(iterator))
+            hooks._guarded(hooks._on_epoch, _workers(iterator), _length(iterator))
             return iterator
 
         __iter__.__torchmem_magic_wrapper__ = True  # type: ignore[attr-defined]

@@ -19,7 +19,8 @@ from IPython.display import display
 from .leaks import memcheck_result
 from .notebook import notebook_roots, recent_sources
 from .scan import Root, scan_roots
-from .session import DEFAULT_INTERVAL_MS, MemwatchSession, StopTraining, active_session
+from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
+from .step_requests import StopTraining
 
 
 def widgets_available(shell: Any) -> bool:

@@ -235,7 +235,40 @@ class Report(_TopLevelResult):
     seconds_to_exhaustion: float | None = None  # steps_to_exhaustion at the run's step rate
     per_step_error_bytes: float | None = None  # uncertainty of the leaking resource's per-step growth
     sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each sporadic jump lies in
+    source_errors: tuple[SourceErrors, ...] = field(default=(), metadata={"key": "errors"})  # sources that failed
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
     _text_renderer: ClassVar[str] = "report_text"
     _html_renderer: ClassVar[str] = "report_html"
+
+
+@dataclass(frozen=True)
+class LiveStatus:
+    """What the one-line live status shows; sizes in bytes, NaN where absent."""
+
+    elapsed_s: float
+    steps: int
+    epochs: int
+    ram_bytes: float
+    heap_bytes: float
+    vram_allocated_bytes: float
+    vram_reserved_bytes: float
+    shm_used_bytes: float
+    workers: int
+    ram_per_step: float | None
+    heap_per_step: float | None
+    vram_per_step: float | None
+    verdict: str | None = None  # the verdict as it forms (from LIVE_VERDICT_STEPS steps on)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class SourceErrors(_SchemaDict):
+    """A source of figures that failed while the run went on (a probe, a hook, the sampler thread)."""
+
+    source: str  # "heap probe", "step hook", "sampler thread"
+    count: int
+    last: str  # the last failure, "OSError: ..."

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from .timeline import DecimatingSeries
+from .probes.base import ErrorCount
+from .timeline import DecimatingSeries, Row
 
 THREAD_NAME = "torchmem_magic-sampler"
 
@@ -22,7 +23,7 @@ class Sampler:
 
     def __init__(
         self,
-        read_row: Callable[[], Sequence[float]],
+        read_row: Callable[[], Row],
         series: DecimatingSeries,
         interval_s: float,
         on_tick: Callable[[], None] | None = None,
@@ -39,8 +40,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.samples = 0
         self.missed_ticks = 0
-        self.errors = 0
-        self.last_error: str | None = None
+        self.errors = ErrorCount("sampler thread")
         self.cpu_s = 0.0  # this thread's CPU time, set when it ends (what sampling cost, for the benchmarks)
 
     def start(self) -> None:
@@ -52,10 +52,6 @@ class Sampler:
         )
         self._thread.start()
 
-    def _record_error(self, exc: Exception) -> None:
-        self.errors += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
-
     def _run(self) -> None:
         deadline = self._clock()
         next_tick = deadline + self._tick_period_s
@@ -64,13 +60,13 @@ class Sampler:
                 self._series.append(self._read_row())
                 self.samples += 1
             except Exception as exc:
-                self._record_error(exc)
+                self.errors.record(exc)
             now = self._clock()
             if self._on_tick is not None and now >= next_tick:
                 try:
                     self._on_tick()
                 except Exception as exc:
-                    self._record_error(exc)
+                    self.errors.record(exc)
                 next_tick = self._clock() + self._tick_period_s
             deadline += self.interval_s
             now = self._clock()

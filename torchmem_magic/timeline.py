@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 NAN = float("nan")
 
-#: Columns of every row, in order. Sizes in bytes; NaN where the source is absent.
+#: Columns of every row. Sizes in bytes; NaN where the source is absent (a column a row leaves out is NaN).
 COLUMNS: tuple[str, ...] = (
     "t_s",  # seconds since the session started
     "step",  # optimizer steps seen so far
@@ -31,6 +31,8 @@ COLUMNS: tuple[str, ...] = (
 )
 X_COLUMNS = frozenset({"t_s", "step"})
 _COLUMN_INDEX = {name: i for i, name in enumerate(COLUMNS)}
+_COLUMN_SET = frozenset(COLUMNS)
+Row = Mapping[str, float]
 
 
 def column_index(name: str) -> int:
@@ -73,17 +75,18 @@ class DecimatingSeries:
         self.last: tuple[float, ...] | None = None
         self._max = [NAN] * len(COLUMNS)
 
-    def append(self, row: Sequence[float]) -> None:
-        """Add one row (len(COLUMNS) floats, NaN for absent values)."""
-        if len(row) != len(COLUMNS):
-            raise ValueError(f"row has {len(row)} values, expected {len(COLUMNS)}")
+    def append(self, row: Row) -> None:
+        """Add one row: column name -> value; columns it leaves out are NaN."""
+        if not _COLUMN_SET.issuperset(row):
+            raise KeyError(f"unknown column(s) {sorted(set(row) - _COLUMN_SET)}; known: {', '.join(COLUMNS)}")
+        values = tuple([row.get(name, NAN) for name in COLUMNS])
         with self._lock:
             self.count += 1
             if self.first is None:
-                self.first = tuple(row)
-            self.last = tuple(row)
-            self._max = [_nanmax(m, v) for m, v in zip(self._max, row)]
-            pending = list(row) if self._pending is None else _merge(self._pending, row)
+                self.first = values
+            self.last = values
+            self._max = [_nanmax(m, v) for m, v in zip(self._max, values)]
+            pending = list(values) if self._pending is None else _merge(self._pending, values)
             self._pending_count += 1
             if self._pending_count < self._stride:
                 self._pending = pending

@@ -12,11 +12,11 @@ pytestmark = pytest.mark.kernel
 
 HELPERS = """\
 import gc
-from torchmem_magic.probes import HeapProbe
+from torchmem_magic.probes.heap import HeapProbe
 _heap = HeapProbe()
 def heap_now():
     gc.disable()  # measure without collecting: the button has to do that
-    value = _heap.read()
+    value = _heap.heap_bytes()
     gc.enable()
     return value
 """

@@ -9,12 +9,12 @@ pytestmark = pytest.mark.kernel
 
 HELPERS = """\
 import gc, sys
-from torchmem_magic.probes import HeapProbe
+from torchmem_magic.probes.heap import HeapProbe
 _heap = HeapProbe()
 def freed_by(action):
-    gc.collect(); before = _heap.read()
+    gc.collect(); before = _heap.heap_bytes()
     action()
-    gc.collect(); return before - _heap.read()
+    gc.collect(); return before - _heap.heap_bytes()
 def suspect(name):
     return next(s.to_dict() for s in torchmem_magic.last_report().suspects if s.name == name)
 """

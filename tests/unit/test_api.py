@@ -31,7 +31,7 @@ def test_public_api_is_pinned() -> None:
 
 def test_import_loads_neither_torch_nor_ipython_nor_widgets() -> None:
     code = (
-        "import sys, json, threading, torchmem_magic, torchmem_magic.analysis, torchmem_magic.model;"
+        "import sys, json, threading, torchmem_magic, torchmem_magic.verdict, torchmem_magic.model;"
         "print(json.dumps([m for m in ('torch','IPython','ipywidgets','bqplot') if m in sys.modules]"
         " + [threading.active_count()]))"
     )
@@ -41,7 +41,7 @@ def test_import_loads_neither_torch_nor_ipython_nor_widgets() -> None:
 
 def test_core_layers_import_no_torch() -> None:
     code = (
-        "import sys, torchmem_magic.timeline, torchmem_magic.analysis, torchmem_magic.model, "
+        "import sys, torchmem_magic.timeline, torchmem_magic.verdict, torchmem_magic.model, "
         "torchmem_magic.render.text; print('torch' in sys.modules, 'IPython' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

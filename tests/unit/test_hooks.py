@@ -46,7 +46,7 @@ def test_callback_errors_never_reach_the_loop() -> None:
     hooks = TrainingHooks(boom, lambda pids, length: None)
     with hooks:
         _train(torch.optim.SGD, 2, lr=0.1)
-    assert hooks.callback_errors == 2 and "bad probe" in (hooks.last_callback_error or "")
+    assert hooks.errors.count == 2 and "bad probe" in hooks.errors.last
 
 
 def test_removed_on_exception_and_idempotent() -> None:
@@ -89,7 +89,7 @@ def test_our_callback_failures_are_counted_but_a_worker_death_raised_into_them_p
 
     with TrainingHooks(lambda: None, failing) as hooks:
         assert len(list(loader)) == 2  # the loop goes on
-    assert hooks.callback_errors == 1 and "our own bug" in (hooks.last_callback_error or "")
+    assert hooks.errors.count == 1 and "our own bug" in hooks.errors.last
     with TrainingHooks(lambda: None, interrupted), pytest.raises(RuntimeError, match="4244"):
         list(loader)
     assert installed_hook_count() == 0

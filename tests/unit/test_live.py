@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.render.live import MAX_POINTS, LiveFigure
-from torchmem_magic.timeline import COLUMNS, column_index
+from torchmem_magic.timeline import COLUMNS
 
 
 def _run(figure: LiveFigure, epochs: int = 2) -> MemwatchSession:
@@ -54,9 +54,9 @@ def test_toggle_to_steps_redraws_against_optimizer_steps() -> None:
 def test_payload_stays_bounded_for_a_long_run() -> None:
     figure = LiveFigure()
     session = MemwatchSession(10)
-    row = [1e9] * len(COLUMNS)
+    row = dict.fromkeys(COLUMNS, 1e9)
     for i in range(200_000):  # ~5.5 h at 100 ms
-        row[column_index("t_s")] = i * 0.1
+        row["t_s"] = i * 0.1
         session.timeline.by_time.append(row)
     session.steps = 0
     figure.x_toggle.value = "time"

@@ -10,19 +10,19 @@ import psutil
 import pytest
 import torch
 
-from torchmem_magic.probes import (
-    AcceleratorProbe,
-    HeapProbe,
-    MemoryLimit,
+from torchmem_magic.forensics import WorkerExit
+from torchmem_magic.probes.accelerator import AcceleratorProbe, parse_device
+from torchmem_magic.probes.base import ProbeReader
+from torchmem_magic.probes.heap import HeapProbe
+from torchmem_magic.probes.limits import MemoryLimit, memory_limit, sharing_strategy
+from torchmem_magic.probes.process import (
     ProcessTreeProbe,
     RssReader,
-    ShmProbe,
     descendant_pids,
-    memory_limit,
-    parse_device,
+    exit_of,
     read_proportional_memory,
-    sharing_strategy,
 )
+from torchmem_magic.probes.shm import ShmProbe
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc counters")
 
@@ -53,19 +53,21 @@ def test_heap_probe_sees_a_tensor_come_and_go() -> None:
     probe = HeapProbe()
     if not probe.available:
         pytest.skip(probe.unavailable_reason)
-    before = probe.read()
+    before = probe.heap_bytes()
     t = torch.empty(4 << 20, dtype=torch.uint8)
-    during = probe.read()
+    during = probe.read()["heap_bytes"]
     del t
-    after = probe.read()
+    after = probe.heap_bytes()
     assert during - before == pytest.approx(4 << 20, rel=0.02)
     assert abs(after - before) < 64 << 10
 
 
 def test_shm_probe(tmp_path: Path) -> None:
-    reading = ShmProbe(str(tmp_path)).read()
+    reading = ShmProbe(str(tmp_path)).usage()
     assert reading is not None and 0 <= reading.used_bytes <= reading.total_bytes
-    assert ShmProbe(str(tmp_path / "missing")).read() is None
+    assert ShmProbe(str(tmp_path)).read() == {"shm_used_bytes": float(reading.used_bytes)}
+    missing = ShmProbe(str(tmp_path / "missing"))
+    assert missing.usage() is None and math.isnan(missing.read()["shm_used_bytes"])
     assert sharing_strategy() in torch.multiprocessing.get_all_sharing_strategies()
 
 
@@ -98,8 +100,8 @@ def test_memory_limit_cgroup_v1_and_unlimited(tmp_path: Path) -> None:
 
 def test_accelerator_probe_never_initialises_cuda() -> None:
     probe = AcceleratorProbe()
-    allocated, reserved = probe.read()
-    assert math.isnan(allocated) and math.isnan(reserved)
+    reading = probe.read()
+    assert set(reading) == set(probe.columns) and all(math.isnan(v) for v in reading.values())
     assert probe.details() == []
     assert not torch.cuda.is_initialized()
 
@@ -126,12 +128,12 @@ def _fake_torch(per_device: dict[int, tuple[int, int]]) -> SimpleNamespace:
 def test_accelerator_probe_sums_devices_in_use_only() -> None:
     fake = _fake_torch({0: (100, 200), 2: (10, 20)})  # device 1 has no context: not watched
     probe = AcceleratorProbe(_torch=fake)
-    assert probe.read() == (110.0, 220.0)
+    assert probe.read() == {"vram_allocated_bytes": 110.0, "vram_reserved_bytes": 220.0}
     details = probe.details()
     assert [d.name for d in details] == ["cuda:0", "cuda:2"]
     assert details[0].free_bytes == 70 << 30 and details[0].total_bytes == 80 << 30
     assert details[0].allocated_peak_bytes == 200 and details[0].num_alloc_retries == 1
-    assert AcceleratorProbe(devices=[2], _torch=fake).read() == (10.0, 20.0)
+    assert AcceleratorProbe(devices=[2], _torch=fake).read() == {"vram_allocated_bytes": 10.0, "vram_reserved_bytes": 20.0}
 
 
 def test_parse_device(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,15 +158,16 @@ def test_process_tree_counts_children_by_pss_and_announced_workers() -> None:
     try:
         deadline = time.monotonic() + 20
         while True:
-            reading = probe.tick()
-            if reading.ram_bytes - reading.rss_bytes > 70 << 20 or time.monotonic() > deadline:
+            reading = probe.read()
+            if reading["ram_bytes"] - reading["rss_bytes"] > 70 << 20 or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        assert reading.children == 1 and reading.workers == 0
-        assert reading.ram_bytes - reading.rss_bytes > 70 << 20  # the child's private 80 MB
-        probe.announce_workers([child.pid])
-        reading = probe.tick()
-        assert reading.workers == 1 and reading.workers_bytes > 70 << 20
+        assert probe.pids() == [os.getpid(), child.pid] and reading["workers"] == 0
+        assert reading["ram_bytes"] - reading["rss_bytes"] > 70 << 20  # the child's private 80 MB
+        assert set(reading) == set(probe.columns)
+        probe.announce_workers([(child.pid, None)])
+        reading = probe.read()
+        assert reading["workers"] == 1 and reading["workers_bytes"] > 70 << 20
         assert probe.worker_pids_seen == {child.pid}
     finally:
         child.kill()
@@ -187,3 +190,71 @@ def test_descendant_pids_match_psutil_including_grandchildren() -> None:
                 grandchild.kill()
             child.kill()
             child.wait()
+
+
+def test_a_failing_probe_costs_its_columns_and_is_counted() -> None:
+    class Broken:
+        name = "broken"
+        columns = ("heap_bytes",)
+
+        def read(self) -> dict[str, float]:
+            raise OSError("gone")
+
+        def close(self) -> None:
+            pass
+
+    reader = ProbeReader([Broken(), ShmProbe("/nonexistent")])
+    for _ in range(3):
+        row = reader.read()
+    assert set(row) == {"heap_bytes", "shm_used_bytes"} and math.isnan(row["heap_bytes"])
+    summary = reader.errors["broken"].summary()
+    assert summary is not None and (summary.source, summary.count, summary.last) == ("broken probe", 3, "OSError: gone")
+    assert reader.errors["shm"].summary() is None  # missing is not failing
+
+
+@linux_only
+def test_exit_status_of_a_killed_child_without_reaping_it() -> None:
+    import signal
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert exit_of(child.pid) is None  # still running
+        child.send_signal(signal.SIGBUS)
+        deadline = time.monotonic() + 10
+        while exit_of(child.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert exit_of(child.pid) == WorkerExit(child.pid, signal.SIGBUS, None)
+        assert exit_of(child.pid) == WorkerExit(child.pid, signal.SIGBUS, None)  # read twice: not reaped
+    finally:
+        child.kill()
+        assert child.wait() == -signal.SIGBUS  # its owner still reaps it and sees the same status
+    # once reaped, the owner's Process object holds the code (multiprocessing keeps it on `_popen`)
+    process = SimpleNamespace(_popen=SimpleNamespace(returncode=-signal.SIGBUS))
+    assert exit_of(child.pid, process) == WorkerExit(child.pid, signal.SIGBUS, None)
+    assert exit_of(child.pid, SimpleNamespace(_popen=SimpleNamespace(returncode=0))) == WorkerExit(child.pid, None, 0)
+    assert exit_of(child.pid) is None  # reaped, nothing known
+
+
+@linux_only
+def test_the_tree_probe_records_how_an_announced_worker_ended() -> None:
+    import signal
+
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    probe = ProcessTreeProbe()
+    try:
+        probe.announce_workers([(worker.pid, None), (finished.pid, None)])
+        probe.read()
+        worker.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while worker.pid not in probe.worker_exits and time.monotonic() < deadline:
+            probe.read()
+            time.sleep(0.02)
+        exits = {e.pid: e for e in probe.check_worker_exits()}
+        assert exits[worker.pid].signal_name == "Killed" and exits[worker.pid].abnormal
+        assert exits[finished.pid] == WorkerExit(finished.pid, None, 0) and not exits[finished.pid].abnormal
+    finally:
+        worker.kill()
+        worker.wait()
+        finished.wait()
+        probe.close()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torchmem_magic import memcheck
-from torchmem_magic.probes import HeapProbe
+from torchmem_magic.probes.heap import HeapProbe
 from torchmem_magic.scan import Budget, Root, pretty_path, scan_roots
 
 HEAP = HeapProbe()
@@ -22,10 +22,10 @@ needs_heap = pytest.mark.skipif(not HEAP.available, reason="no heap counters her
 
 def _freed_by(delete: object) -> float:
     gc.collect()
-    before = HEAP.read()
+    before = HEAP.heap_bytes()
     delete()  # type: ignore[operator]
     gc.collect()
-    return before - HEAP.read()
+    return before - HEAP.heap_bytes()
 
 
 class Hostile:

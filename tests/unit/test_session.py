@@ -50,7 +50,7 @@ def test_synthetic_leak_of_1mb_per_step_is_measured_as_such() -> None:
 
 
 def test_garbage_of_earlier_cells_is_collected_before_the_first_sample() -> None:
-    from torchmem_magic.probes import HeapProbe
+    from torchmem_magic.probes.heap import HeapProbe
 
     heap = HeapProbe()
     if not heap.available:
@@ -61,7 +61,7 @@ def test_garbage_of_earlier_cells_is_collected_before_the_first_sample() -> None
         cycle: list[object] = [torch.ones(16 << 20)]  # 64 MiB, touched
         cycle.append(cycle)
         del cycle
-        pending_bytes = heap.read()
+        pending_bytes = heap.heap_bytes()
         with memwatch(10, quiet=True) as w:
             pass
     finally:
@@ -193,7 +193,7 @@ def test_very_fast_steps_are_thinned_but_counted_exactly() -> None:
             optimizer.step()
     steps = list(session.timeline.by_step.column("step"))
     assert session.report is not None and session.report.steps == 5000
-    assert session._step_stride > 1 and 12 <= len(steps) < 1000
+    assert session.sampling.stride > 1 and 12 <= len(steps) < 1000
     early = sum(1 for s in steps if s <= 64)
     assert early / 64 > 4 * (len(steps) - early) / (5000 - 64)  # dense start, for an early verdict
     assert steps == sorted(set(steps)) and steps[:2] == [1.0, 2.0]
@@ -269,5 +269,5 @@ def test_requested_actions_run_at_a_step_and_their_failures_stay_out_of_the_loop
                     session.request(dying)
                 _step(model, optimizer)
     assert ran_at == [5]  # at the step boundary after the request
-    assert "a button's action failed" in (session._hooks.last_callback_error or "")  # kept, not raised
+    assert "a button's action failed" in (session._hooks.errors.last)  # kept, not raised
     assert session.report is not None and session.report.steps == 20 and session.report.status == "error"

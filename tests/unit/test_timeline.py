@@ -11,12 +11,8 @@ from torchmem_magic.timeline import (
 )
 
 
-def row(t: float, step: float = 0, ram: float = 0.0, **values: float) -> list[float]:
-    out = [NAN] * len(COLUMNS)
-    out[column_index("t_s")], out[column_index("step")], out[column_index("ram_bytes")] = t, step, ram
-    for name, value in values.items():
-        out[column_index(name)] = value
-    return out
+def row(t: float, step: float = 0, ram: float = 0.0, **values: float) -> dict[str, float]:
+    return {"t_s": t, "step": step, "ram_bytes": ram, **values}
 
 
 def test_keeps_everything_below_capacity() -> None:
@@ -60,9 +56,16 @@ def test_nan_columns_stay_nan_and_max_ignores_nan() -> None:
     assert math.isnan(s.max("shm_used_bytes"))
 
 
+def test_columns_a_row_leaves_out_are_nan() -> None:
+    s = DecimatingSeries()
+    s.append({"t_s": 1.0, "heap_bytes": 5.0})
+    assert s.last_value("heap_bytes") == 5.0 and math.isnan(s.last_value("ram_bytes"))
+    assert [math.isnan(v) for v in s.last or ()] == [name not in ("t_s", "heap_bytes") for name in COLUMNS]
+
+
 def test_rejects_bad_rows_and_capacity() -> None:
-    with pytest.raises(ValueError, match="expected"):
-        DecimatingSeries().append([1.0])
+    with pytest.raises(KeyError, match="unknown column.*rss"):
+        DecimatingSeries().append({"t_s": 1.0, "rss": 2.0})
     with pytest.raises(ValueError, match="even"):
         DecimatingSeries(capacity=5)
     with pytest.raises(KeyError, match="known"):

@@ -59,7 +59,9 @@ class ResourceFinding:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Diagnosis:
+    """The run's verdict: the leaking resource (if any), its rate, when it runs out, and why."""
+
     verdict: str
     leak_kind: str | None
     resource: str | None
@@ -105,6 +107,36 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float], max_points: int = 200) -
     slope = statistics.median(slopes) if slopes else 0.0
     intercept = statistics.median(y - slope * x for x, y in zip(xs, ys))
     return slope, intercept
+
+
+def _evenly(n: int, k: int) -> list[int]:
+    """k indices spread evenly over range(n), first and last included."""
+    if n <= k:
+        return list(range(n))
+    return [round(i * (n - 1) / (k - 1)) for i in range(k)]
+
+
+def robust_slope(xs: Sequence[float], ys: Sequence[float], max_points: int = 1024) -> float | None:
+    """Median of split-half pairwise slopes (a linear-time cousin of Theil–Sen).
+
+    Pairs each point with the one half a series later, so one jump (an optimizer's first-step
+    state, a single big temporary) touches only the few pairs that straddle it. NaNs are skipped.
+    Returns None with fewer than 3 usable points.
+    """
+    points = [(x, y) for x, y in zip(xs, ys) if not (math.isnan(x) or math.isnan(y))]
+    if len(points) < 3:
+        return None
+    points = [points[i] for i in _evenly(len(points), max_points)]
+    half = len(points) // 2
+    slopes = sorted(
+        (y2 - y1) / (x2 - x1)
+        for (x1, y1), (x2, y2) in zip(points, points[half:])
+        if x2 != x1
+    )
+    if not slopes:
+        return None
+    mid = len(slopes) // 2
+    return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2
 
 
 WARMUP_WINDOW = 10  # the optimizer's state (step 1) and filling caches show within the first steps
@@ -224,7 +256,7 @@ def decide(
     graph_suspects: Sequence[str] = (),
     max_points: int = 200,
     first_pass_steps: tuple[int, int] | None = None,
-) -> Verdict:
+) -> Diagnosis:
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
     Args:
@@ -278,12 +310,12 @@ def decide(
         if graph_suspects:
             advice.insert(0, f"{', '.join(graph_suspects)} holds autograd graphs that grew in this cell; "
                           "the curves cannot show it yet")
-            return Verdict("suspect", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
-        if relevant and all(f.verdict == "unknown" for f in relevant):
+            return Diagnosis("suspect", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
+        if all(f.verdict == "unknown" for f in relevant):  # also when no step was sampled at all
             warm = max((f.warmup_steps for f in relevant), default=0)
             advice.insert(0, f"too few optimizer steps for a verdict: needs at least {MIN_STEPS + warm} sampled steps")
-            return Verdict("unknown", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
-        return Verdict("clean", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
+            return Diagnosis("unknown", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
+        return Diagnosis("clean", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
     seconds = None
     if chosen.steps_to_exhaustion is not None and steps_per_s:
         seconds = chosen.steps_to_exhaustion / steps_per_s
@@ -302,7 +334,7 @@ def decide(
             f"at {format_bytes(chosen.per_step_bytes or 0)}/step {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}",
         )
     verdict = chosen.verdict
-    return Verdict(
+    return Diagnosis(
         verdict, chosen.leak_kind, chosen.resource if chosen.resource != "vram_reserved" else "vram",
         chosen.per_step_bytes, chosen.per_step_error_bytes, chosen.steps_to_exhaustion, seconds,
         tuple(advice), tuple(findings.values()),

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from torchmem_magic.detect import MIB, Series, analyse, decide
+from torchmem_magic.verdict import MIB, Series, analyse, decide
 
 BASE = 600 * MIB
 

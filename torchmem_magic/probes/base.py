@@ -1,0 +1,70 @@
+"""The one protocol every probe follows, and the reader that keeps a failing probe out of the loop.
+
+A reading is a partial row: column name -> value, for the probe's own columns. A value the source
+cannot give now is NaN (a float column stays a float column); nothing else means "missing".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..model import SourceErrors
+
+NAN = math.nan
+
+Reading = dict[str, float]
+
+
+class Probe(Protocol):
+    """A memory counter readable many times a second from any thread."""
+
+    name: str  # what a user calls it ("heap", "process tree"), used in error reports
+    columns: tuple[str, ...]  # the timeline columns its readings fill
+
+    def read(self) -> Reading: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ErrorCount:
+    """How often one source of figures failed, and the last failure; the report lists each one."""
+
+    source: str
+    count: int = 0
+    last: str = ""
+
+    def record(self, exc: BaseException) -> None:
+        self.count += 1
+        self.last = f"{type(exc).__name__}: {exc}"
+
+    def summary(self) -> SourceErrors | None:
+        return SourceErrors(self.source, self.count, self.last) if self.count else None
+
+
+class ProbeReader:
+    """Reads several probes into one partial row. A probe that raises gives NaN for its columns and
+    its failure is counted, so one broken source costs its curve, never the run."""
+
+    def __init__(self, probes: Iterable[Probe]) -> None:
+        self.probes = tuple(probes)
+        self.errors = {probe.name: ErrorCount(f"{probe.name} probe") for probe in self.probes}
+        self.reads = 0
+
+    def read(self) -> Reading:
+        self.reads += 1
+        row: Reading = {}
+        for probe in self.probes:
+            try:
+                row.update(probe.read())
+            except Exception as exc:  # noqa: BLE001 - any failure of a counter is counted, not raised
+                self.errors[probe.name].record(exc)
+                row.update(dict.fromkeys(probe.columns, NAN))
+        return row
+
+    def close(self) -> None:
+        for probe in self.probes:
+            probe.close()

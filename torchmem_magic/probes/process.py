@@ -1,0 +1,327 @@
+"""Memory of the kernel process and its descendants, and how DataLoader workers ended.
+
+RSS comes from a kept-open `/proc/<pid>/statm` (~2 µs a read), PSS/USS of children from
+`smaps_rollup` at a slow adaptive rate, child discovery from `/proc/<pid>/task/*/children`.
+A worker's exit status is read with `waitid(..., WNOWAIT)`, which leaves the child for
+multiprocessing to reap: observing never changes what torch sees.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from ..forensics import WorkerExit
+from .base import Reading
+
+PAGE_BYTES: int = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_HAS_PROC = os.path.exists("/proc/self/statm")
+
+
+class RssReader:
+    """Resident set size of one process.
+
+    On Linux it keeps `/proc/<pid>/statm` open and `pread`s it (~2 µs); elsewhere psutil (~40 µs).
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._fd: int | None = None
+        self._process: psutil.Process | None = None
+        if _HAS_PROC:
+            try:
+                self._fd = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+            except OSError:
+                self._fd = None
+        if self._fd is None:
+            try:
+                self._process = psutil.Process(pid)
+            except psutil.Error:
+                self._process = None
+
+    def rss_bytes(self) -> int | None:
+        """Current RSS, or None once the process is gone (a zombie reads as gone too)."""
+        if self._fd is not None:
+            try:
+                fields = os.pread(self._fd, 128, 0).split()
+            except OSError:
+                return None
+            pages = int(fields[1]) if len(fields) > 1 else 0
+            return pages * PAGE_BYTES if pages else None
+        if self._process is not None:
+            try:
+                return int(self._process.memory_info().rss)
+            except psutil.Error:
+                return None
+        return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass(frozen=True)
+class ProportionalMemory:
+    """PSS (shared pages split among sharers) and USS (private pages) of one process."""
+
+    pss_bytes: int
+    uss_bytes: int
+
+
+def read_proportional_memory(pid: int) -> ProportionalMemory | None:
+    """PSS/USS of `pid` via /proc/<pid>/smaps_rollup (psutil elsewhere); None if unavailable.
+
+    Costs milliseconds per process (more for big processes): call it at a slow, adaptive rate.
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            values: dict[bytes, int] = {}
+            for line in f:
+                key, _, rest = line.partition(b":")
+                if key in (b"Pss", b"Private_Clean", b"Private_Dirty"):
+                    values[key] = int(rest.split()[0]) * 1024
+        if b"Pss" in values:
+            return ProportionalMemory(
+                values[b"Pss"], values.get(b"Private_Clean", 0) + values.get(b"Private_Dirty", 0)
+            )
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        info = psutil.Process(pid).memory_full_info()
+        return ProportionalMemory(int(getattr(info, "pss", info.uss)), int(info.uss))
+    except (psutil.Error, AttributeError, OSError):
+        return None
+
+
+@functools.cache
+def _proc_children_supported() -> bool:
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def descendant_pids(pid: int) -> set[int]:
+    """All descendants of `pid`.
+
+    Linux: `/proc/<pid>/task/<tid>/children` of every thread, recursively (~65 µs for a kernel with a
+    few workers); where the kernel has no such file (or not Linux), psutil (~1-2 ms).
+    """
+    if not _proc_children_supported():
+        try:
+            return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+        except psutil.Error:
+            return set()
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    children = f.read().split()
+            except OSError:
+                continue  # the thread or process exited meanwhile
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    frontier.append(child)
+    return found
+
+
+# ----------------------------------------------------------------------------- how a worker ended
+
+
+def exit_of(pid: int, process: Any = None) -> WorkerExit | None:
+    """How child `pid` ended, None while it runs (or when that cannot be known).
+
+    `waitid(WNOWAIT)` reads the status and leaves the child to be reaped by its owner. Once
+    multiprocessing has reaped it, its `Process` object keeps the code: read without polling.
+    """
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already, or not our child
+        code = getattr(getattr(process, "_popen", None), "returncode", None)
+        if not isinstance(code, int):
+            return None
+        return WorkerExit(pid, -code, None) if code < 0 else WorkerExit(pid, None, code)
+    except OSError:
+        return None
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return WorkerExit(pid, None, info.si_status)
+    return WorkerExit(pid, info.si_status, None)  # killed or dumped core
+
+
+# ----------------------------------------------------------------------------- the process tree
+
+
+@dataclass
+class ChildProcess:
+    """One descendant of the kernel process and what we last knew of its memory."""
+
+    pid: int
+    rss: RssReader
+    is_worker: bool = False
+    pss_bytes: int | None = None
+    uss_bytes: int | None = None
+    next_pss_s: float = 0.0
+
+    def memory_bytes(self) -> int | None:
+        """PSS where read at least once, else RSS (an upper bound)."""
+        if self.pss_bytes is not None:
+            return self.pss_bytes
+        return self.rss.rss_bytes()
+
+
+class KernelRssProbe:
+    """The kernel process's own RSS: the one process counter cheap enough for every step."""
+
+    name = "kernel RSS"
+    columns = ("rss_bytes",)
+
+    def __init__(self, pid: int | None = None) -> None:
+        self._reader = RssReader(os.getpid() if pid is None else pid)
+
+    def rss_bytes(self) -> float:
+        value = self._reader.rss_bytes()
+        return float("nan") if value is None else float(value)
+
+    def read(self) -> Reading:
+        return {"rss_bytes": self.rss_bytes()}
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+class ProcessTreeProbe:
+    """RAM of the kernel process and its descendants (DataLoader workers, shm managers...).
+
+    The kernel's RSS is read on every tick. Child discovery (~65 µs from /proc) runs twice a
+    second, and each child's PSS (~8 ms + 25 ms/GiB) at a period adapted to what it costs, so
+    the probe never takes more than ~2% of one core. Workers announced by the DataLoader hook are
+    picked up at the next tick without waiting for discovery; when one disappears, how it ended is
+    recorded in `worker_exits`.
+    """
+
+    name = "process tree"
+    columns = ("ram_bytes", "rss_bytes", "workers_bytes", "workers")
+    CHILDREN_REFRESH_S = 0.5
+    PSS_MIN_PERIOD_S = 1.0
+    PSS_COST_FACTOR = 50.0  # wait at least 50x what the last PSS read cost
+
+    def __init__(self, pid: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.pid = os.getpid() if pid is None else pid
+        self._clock = clock
+        self.kernel = KernelRssProbe(self.pid)
+        self._children: dict[int, ChildProcess] = {}
+        self._worker_processes: dict[int, Any] = {}  # pid -> its multiprocessing.Process, if known
+        self._announced: list[tuple[int, Any]] = []  # appended from the hook's thread, drained by read()
+        self._next_refresh_s = 0.0
+        self.children_bytes = 0.0  # children's memory at the last read (the step samples reuse it)
+        self.workers_bytes = 0.0
+        self.workers = 0
+        self.worker_peaks: dict[int, tuple[int, int]] = {}  # pid -> (PSS peak, USS peak) of DataLoader workers
+        self.worker_exits: dict[int, WorkerExit] = {}
+
+    @property
+    def worker_pids_seen(self) -> set[int]:
+        return set(self._worker_processes)
+
+    def announce_workers(self, workers: list[tuple[int, Any]]) -> None:
+        """Called by the DataLoader hook with (pid, Process) of a new iterator's workers."""
+        self._announced.extend(workers)
+
+    def _refresh_children(self) -> None:
+        found = descendant_pids(self.pid)
+        for pid in found.difference(self._children):
+            self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=pid in self._worker_processes)
+        for pid in set(self._children).difference(found):
+            self._forget(pid)
+
+    def _take_announced(self) -> None:
+        announced, self._announced = self._announced, []
+        for pid, process in announced:
+            self._worker_processes[pid] = process
+            child = self._children.get(pid)
+            if child is None:
+                self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=True)
+            else:
+                child.is_worker = True
+
+    def _forget(self, pid: int) -> None:
+        """A child is gone: for a worker, record how it ended."""
+        self._children.pop(pid).rss.close()
+        if pid in self._worker_processes:
+            self._record_exit(pid)
+
+    def _record_exit(self, pid: int) -> None:
+        if pid not in self.worker_exits:
+            ended = exit_of(pid, self._worker_processes.get(pid))
+            if ended is not None:
+                self.worker_exits[pid] = ended
+
+    def check_worker_exits(self) -> list[WorkerExit]:
+        """How every worker seen so far ended (those still running are left out)."""
+        if self._announced:
+            self._take_announced()
+        for pid in self._worker_processes:
+            self._record_exit(pid)
+        return list(self.worker_exits.values())
+
+    def read(self) -> Reading:
+        now = self._clock()
+        if self._announced:
+            self._take_announced()
+        if now >= self._next_refresh_s:
+            self._refresh_children()
+            self._next_refresh_s = now + self.CHILDREN_REFRESH_S
+        rss = self.kernel.rss_bytes()
+        children_bytes = workers_bytes = workers = 0
+        for pid, child in list(self._children.items()):
+            if now >= child.next_pss_s:
+                started = time.perf_counter()
+                reading = read_proportional_memory(pid)
+                cost_s = time.perf_counter() - started
+                child.next_pss_s = now + max(self.PSS_MIN_PERIOD_S, self.PSS_COST_FACTOR * cost_s)
+                if reading is not None:
+                    child.pss_bytes, child.uss_bytes = reading.pss_bytes, reading.uss_bytes
+                    if child.is_worker:
+                        pss, uss = self.worker_peaks.get(pid, (0, 0))
+                        self.worker_peaks[pid] = (max(pss, reading.pss_bytes), max(uss, reading.uss_bytes))
+            if child.rss.rss_bytes() is None:  # exited since the last discovery
+                self._forget(pid)
+                continue
+            size = child.memory_bytes() or 0
+            children_bytes += size
+            if child.is_worker:
+                workers_bytes += size
+                workers += 1
+        self.children_bytes, self.workers_bytes, self.workers = float(children_bytes), float(workers_bytes), workers
+        return {
+            "ram_bytes": rss + children_bytes,
+            "rss_bytes": rss,
+            "workers_bytes": float(workers_bytes),
+            "workers": float(workers),
+        }
+
+    def pids(self) -> list[int]:
+        """The kernel and its live descendants."""
+        return [self.pid, *self._children]
+
+    def close(self) -> None:
+        """Close every reader and drop the worker Process objects (they belong to torch)."""
+        self.kernel.close()
+        for child in self._children.values():
+            child.rss.close()
+        self._children.clear()
+        self._worker_processes = dict.fromkeys(self._worker_processes)

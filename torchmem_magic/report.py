@@ -1,0 +1,366 @@
+"""From what a run gathered to its verdict, its live status line and its Report (pure).
+
+The session gathers (probes, hooks, scans) and hands plain inputs here: the timeline, counts,
+limits, device stats, suspects, how DataLoader workers ended, the exception that ended the block.
+Everything that decides or assembles lives here, so it is tested on synthetic inputs in
+milliseconds, without a running session.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from .forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
+from .model import (
+    DeviceMemory,
+    HeapSummary,
+    LiveStatus,
+    RamSummary,
+    Report,
+    ShmSummary,
+    SourceErrors,
+    Status,
+    Suspect,
+    VramSummary,
+    WorkerSummary,
+)
+from .timeline import NAN, DecimatingSeries, Timeline
+from .verdict import Diagnosis, Series, decide, robust_slope
+
+LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
+#: the step-aligned column each resource's "growth per step" is measured on
+RATE_COLUMNS = {"ram": "ram_bytes", "heap": "heap_bytes", "vram": "vram_allocated_bytes", "shm": "shm_used_bytes"}
+
+
+@dataclass(frozen=True)
+class ShmEvidence:
+    """The shared-memory filesystem at the end of the run."""
+
+    path: str
+    total_bytes: int
+    strategy: str | None  # torch.multiprocessing's sharing strategy
+    torch_segments: int
+
+
+@dataclass(frozen=True)
+class WorkerEvidence:
+    """DataLoader workers seen during the run."""
+
+    max_count: int
+    pids_seen: int
+    peaks: tuple[tuple[int, int, int], ...]  # (pid, PSS peak, USS peak)
+
+
+@dataclass(frozen=True)
+class RunEvidence:
+    """Everything a run gathered, as plain data: the input of `assemble_report`."""
+
+    timeline: Timeline
+    steps: int  # optimizer steps
+    wall_s: float
+    interval_s: float
+    ram_limit_bytes: int  # what the OOM killer enforces
+    ram_limit_source: str  # "cgroup v2", "cgroup v1" or "system"
+    heap_available: bool
+    shm: ShmEvidence | None = None
+    workers: WorkerEvidence | None = None
+    worker_exits: tuple[WorkerExit, ...] = ()
+    devices_start: tuple[DeviceMemory, ...] = ()
+    devices_end: tuple[DeviceMemory, ...] = ()
+    first_pass_batches: int | None = None  # batches in a multi-worker DataLoader's first pass
+    suspects: tuple[Suspect, ...] = ()
+    exception: BaseException | None = None  # what ended the block, if anything
+    source_errors: tuple[SourceErrors, ...] = ()
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+
+def first_pass_steps(timeline: Timeline, first_pass_batches: int | None) -> tuple[int, int] | None:
+    """(first step, last step) of the first pass of a multi-worker DataLoader, if known."""
+    if first_pass_batches is None or not timeline.epochs:
+        return None
+    start = timeline.epochs[0].step
+    return start + 1, start + first_pass_batches
+
+
+def diagnose(
+    timeline: Timeline,
+    steps: int,
+    elapsed_s: float,
+    ram_limit_bytes: float,
+    vram_limit_bytes: float | None = None,
+    shm_limit_bytes: float | None = None,
+    graph_holders: Sequence[str] = (),
+    first_pass_batches: int | None = None,
+    max_points: int = 200,
+) -> Diagnosis:
+    """The leak detector over the step-aligned series of every resource the run measured."""
+    columns = timeline.by_step.columns(
+        "step", "heap_bytes", "ram_bytes", "rss_bytes", "workers_bytes", "vram_allocated_bytes",
+        "vram_reserved_bytes", "shm_used_bytes",
+    )
+    step_x = columns["step"]
+    heap, ram = columns["heap_bytes"], columns["ram_bytes"]
+    # the OOM killer counts resident memory: heap growth exhausts the headroom RSS has left
+    rss_above_heap = ram[-1] - heap[-1] if len(heap) and not math.isnan(heap[-1]) else 0.0
+    series = [
+        Series("heap", step_x, heap, ram_limit_bytes - rss_above_heap),
+        Series("ram", step_x, ram, ram_limit_bytes),
+        Series("rss", step_x, columns["rss_bytes"], ram_limit_bytes),
+    ]
+    workers = columns["workers_bytes"]
+    first_worker = next((i for i, v in enumerate(workers) if v > 0), None)
+    if first_worker is not None:  # from the first reading on: workers appearing is not growth
+        series.append(Series("workers", step_x[first_worker:], workers[first_worker:], ram_limit_bytes))
+    series.append(Series("vram", step_x, columns["vram_allocated_bytes"], vram_limit_bytes))
+    series.append(Series("vram_reserved", step_x, columns["vram_reserved_bytes"], vram_limit_bytes))
+    series.append(Series("shm", step_x, columns["shm_used_bytes"], shm_limit_bytes))
+    return decide(
+        [s for s in series if any(not math.isnan(v) for v in s.values)],
+        epoch_steps=[m.step + 1 for m in timeline.epochs],
+        steps_per_s=steps / elapsed_s if elapsed_s > 0 else None,
+        graph_suspects=graph_holders,
+        max_points=max_points,
+        first_pass_steps=first_pass_steps(timeline, first_pass_batches),
+    )
+
+
+def rates_of(diagnosis: Diagnosis) -> dict[str, float]:
+    """Bytes per step of each resource the detector could measure."""
+    return {f.resource: f.per_step_bytes for f in diagnosis.findings if f.per_step_bytes is not None}
+
+
+def growth_per_step(series: DecimatingSeries, column: str, max_points: int = 1024) -> float | None:
+    """Bytes per optimizer step of `column` in a step-aligned series (None if it cannot say)."""
+    cols = series.columns("step", column)
+    return robust_slope(cols["step"], cols[column], max_points)
+
+
+def per_step(rates: dict[str, float], timeline: Timeline, resource: str, max_points: int = 1024) -> float | None:
+    """Bytes per step of a resource: the detector's rate where it had enough steps, else the
+    split-half slope of the step-aligned series (a first figure, before any verdict). One rule for
+    the status line and the report, so both quote the same figure."""
+    if resource in rates:
+        return rates[resource]
+    return growth_per_step(timeline.by_step, RATE_COLUMNS[resource], max_points)
+
+
+def short_verdict(diagnosis: Diagnosis) -> str:
+    """'leak: per-iteration in heap', 'clean', ...: the verdict as the status line shows it."""
+    if diagnosis.leak_kind is None:
+        return diagnosis.verdict
+    return f"{diagnosis.verdict}: {diagnosis.leak_kind} in {diagnosis.resource}"
+
+
+def live_status(
+    timeline: Timeline, steps: int, elapsed_s: float, workers: int, live: Diagnosis | None
+) -> LiveStatus:
+    """The one-line live status: current values, growth per step so far, the verdict as it forms.
+
+    `live` is the detector's latest verdict over the run so far (None before `LIVE_VERDICT_STEPS`);
+    its rates are the growth figures, so the status line and the final report quote one estimator.
+    """
+    by_time = timeline.by_time
+    rates = rates_of(live) if live is not None else {}
+    return LiveStatus(
+        elapsed_s=elapsed_s,
+        steps=steps,
+        epochs=timeline.epoch_count,
+        ram_bytes=by_time.last_value("ram_bytes"),
+        heap_bytes=by_time.last_value("heap_bytes"),
+        vram_allocated_bytes=by_time.last_value("vram_allocated_bytes"),
+        vram_reserved_bytes=by_time.last_value("vram_reserved_bytes"),
+        shm_used_bytes=by_time.last_value("shm_used_bytes"),
+        workers=workers,
+        ram_per_step=per_step(rates, timeline, "ram", 256),
+        heap_per_step=per_step(rates, timeline, "heap", 256),
+        vram_per_step=per_step(rates, timeline, "vram", 256),
+        verdict=None if live is None else short_verdict(live),
+    )
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _int_or(value: float, default: int = 0) -> int:
+    return default if math.isnan(value) else int(value)
+
+
+def _peak(timeline: Timeline, column: str) -> float:
+    values = [timeline.by_time.max(column), timeline.by_step.max(column)]
+    finite = [v for v in values if not math.isnan(v)]
+    return max(finite) if finite else NAN
+
+
+def status_of(exc: BaseException | None) -> Status:
+    if exc is None:
+        return "ok"
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+
+
+def vram_summary(
+    timeline: Timeline, devices_start: Sequence[DeviceMemory], devices_end: Sequence[DeviceMemory]
+) -> VramSummary | None:
+    """Accelerator memory over the run; None when no device was in use."""
+    by_time = timeline.by_time
+    allocated_peak = _peak(timeline, "vram_allocated_bytes")
+    if math.isnan(allocated_peak) and not devices_end:
+        return None
+    start = {d.name: d for d in devices_start}
+    # the allocator's own peak counters catch peaks between samples, when they rose in this run
+    peak_from_counters = sum(
+        d.allocated_peak_bytes
+        for d in devices_end
+        if d.name not in start or d.allocated_peak_bytes > start[d.name].allocated_peak_bytes
+    )
+    retries_start = sum(d.num_alloc_retries or 0 for d in devices_start)
+    totals = [d.total_bytes for d in devices_end]
+    known_totals = [t for t in totals if t]
+    return VramSummary(
+        allocated_start_bytes=_int_or(by_time.first_value("vram_allocated_bytes")),
+        allocated_end_bytes=_int_or(by_time.last_value("vram_allocated_bytes")),
+        allocated_peak_bytes=max(_int_or(allocated_peak), peak_from_counters),
+        reserved_end_bytes=_int_or(by_time.last_value("vram_reserved_bytes")),
+        reserved_peak_bytes=_int_or(_peak(timeline, "vram_reserved_bytes")),
+        per_step_bytes=None,
+        limit_bytes=sum(known_totals) if totals and len(known_totals) == len(totals) else None,
+        devices=tuple(d.name for d in devices_end),
+        num_alloc_retries=sum(d.num_alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
+        per_device=tuple(devices_end),
+    )
+
+
+def vram_headroom_bytes(vram: VramSummary) -> int | None:
+    """What CUDA can still hand out: the driver's free memory plus what the cache holds unused."""
+    free = [d.free_bytes for d in vram.per_device]
+    if free and all(f is not None for f in free):
+        return vram.reserved_end_bytes + sum(f for f in free if f is not None)
+    return vram.limit_bytes
+
+
+def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary | None) -> list[str]:
+    """If a DataLoader worker died: the likely cause, from how it ended and the curves before it.
+
+    Decided from the workers' exit statuses; the exception's text is only read when no status is
+    known (workers started before the run, whose PIDs the hook never saw)."""
+    death = death_from_exits(evidence.worker_exits)
+    if death is None and evidence.exception is not None:
+        death = parse_worker_death(str(evidence.exception))
+    if death is None:
+        return []
+    by_time = evidence.timeline.by_time
+    ram_before = [v for v in by_time.column("ram_bytes")[-5:] if not math.isnan(v)]  # the last readings
+    shm_before = [v for v in by_time.column("shm_used_bytes")[-5:] if not math.isnan(v)]
+    return explain_worker_death(
+        death,
+        ram_bytes=max(ram_before, default=float(ram.end_bytes)),
+        ram_limit_bytes=float(ram.limit_bytes),
+        shm_used_bytes=max(shm_before) if shm_before else None,
+        shm_total_bytes=None if shm is None else float(shm.limit_bytes),
+        limit_source=ram.limit_source,
+        shm_path=evidence.shm.path if evidence.shm is not None else "/dev/shm",
+    )
+
+
+def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
+    """One line per source that failed: its figures have gaps, and why."""
+    return [
+        f"the {e.source} failed {e.count:,} time{'s' if e.count != 1 else ''} (last: {e.last}): "
+        "its figures in this report are incomplete"
+        for e in errors
+    ]
+
+
+_Summary = TypeVar("_Summary", RamSummary, HeapSummary, VramSummary, ShmSummary)
+
+
+def assemble_report(evidence: RunEvidence) -> Report:
+    """The Report of a run: summaries, the verdict and its advice, suspects, worker deaths."""
+    timeline, exc = evidence.timeline, evidence.exception
+    by_time = timeline.by_time
+    ram = RamSummary(
+        start_bytes=_int_or(by_time.first_value("ram_bytes")),
+        end_bytes=_int_or(by_time.last_value("ram_bytes")),
+        peak_bytes=_int_or(_peak(timeline, "ram_bytes")),
+        per_step_bytes=None,
+        limit_bytes=evidence.ram_limit_bytes,
+        limit_source=evidence.ram_limit_source,
+    )
+    heap = None
+    if evidence.heap_available:
+        heap = HeapSummary(
+            start_bytes=_int_or(by_time.first_value("heap_bytes")),
+            end_bytes=_int_or(by_time.last_value("heap_bytes")),
+            peak_bytes=_int_or(_peak(timeline, "heap_bytes")),
+            per_step_bytes=None,
+        )
+    shm = None
+    if evidence.shm is not None:
+        shm = ShmSummary(
+            start_bytes=_int_or(by_time.first_value("shm_used_bytes")),
+            end_bytes=_int_or(by_time.last_value("shm_used_bytes")),
+            peak_bytes=_int_or(_peak(timeline, "shm_used_bytes")),
+            limit_bytes=evidence.shm.total_bytes,
+            strategy=evidence.shm.strategy,
+            per_step_bytes=None,
+            path=evidence.shm.path,
+            torch_segments=evidence.shm.torch_segments,
+        )
+    workers = None
+    if evidence.workers is not None:
+        workers = WorkerSummary(
+            max_count=evidence.workers.max_count,
+            peak_bytes=_int_or(by_time.max("workers_bytes")),
+            pids_seen=evidence.workers.pids_seen,
+            per_worker=tuple({"pid": pid, "pss_peak": pss, "uss_peak": uss} for pid, pss, uss in evidence.workers.peaks),
+        )
+    vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
+    graph_holders = [s.name for s in evidence.suspects if s.kind == "autograd-graph" and s.new_in_cell]
+    diagnosis = diagnose(
+        timeline,
+        evidence.steps,
+        evidence.wall_s,
+        ram_limit_bytes=float(evidence.ram_limit_bytes),
+        vram_limit_bytes=None if vram is None else vram_headroom_bytes(vram),
+        shm_limit_bytes=None if shm is None else shm.limit_bytes,
+        graph_holders=graph_holders,
+        first_pass_batches=evidence.first_pass_batches,
+    )
+    death_advice = worker_death_advice(evidence, ram, shm)
+    if shm is not None and not death_advice:
+        warning = shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
+        death_advice += [warning] if warning else []
+    rates = rates_of(diagnosis)
+
+    def with_rate(summary: _Summary | None, resource: str) -> _Summary | None:
+        return None if summary is None else replace(summary, per_step_bytes=per_step(rates, timeline, resource))
+
+    return Report(
+        status=status_of(exc),
+        wall_s=evidence.wall_s,
+        samples=by_time.count,
+        interval_s=evidence.interval_s,
+        steps=evidence.steps,
+        epochs=timeline.epoch_count,
+        ram=replace(ram, per_step_bytes=per_step(rates, timeline, "ram")),
+        heap=with_rate(heap, "heap"),
+        vram=with_rate(vram, "vram"),
+        shm=with_rate(shm, "shm"),
+        workers=workers,
+        verdict=diagnosis.verdict,
+        leak_kind=diagnosis.leak_kind,
+        resource=diagnosis.resource,
+        steps_to_exhaustion=diagnosis.steps_to_exhaustion,
+        suspects=evidence.suspects,
+        advice=(*death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
+        seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
+        per_step_error_bytes=diagnosis.per_step_error_bytes,
+        sporadic_steps=diagnosis.sporadic_steps,
+        error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
+        source_errors=evidence.source_errors,
+        timeline=timeline,
+    )

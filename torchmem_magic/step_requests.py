@@ -1,0 +1,47 @@
+"""Work asked for from another thread (a button click), run at the next optimizer step on the
+training thread, so it never races the user's loop."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+
+
+class StopTraining(KeyboardInterrupt):
+    """Raised at an optimizer-step boundary when the user asked to stop (the Stop button).
+
+    A KeyboardInterrupt, so `except Exception` in user code does not swallow it; %%memwatch ends
+    the cell quietly after reporting.
+    """
+
+
+class StepRequests:
+    """A thread-safe queue of actions plus a stop flag, drained at each step boundary."""
+
+    def __init__(self, on_error: Callable[[Exception], None]) -> None:
+        self._actions: deque[Callable[[], None]] = deque()  # deque append/popleft are atomic
+        self._stop = threading.Event()
+        self._on_error = on_error
+
+    def request(self, action: Callable[[], None]) -> None:
+        self._actions.append(action)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._actions) or self._stop.is_set()
+
+    def run(self, step: int) -> None:
+        """Run what was asked; an action's failure goes to `on_error`, never into the loop."""
+        while self._actions:
+            action = self._actions.popleft()
+            try:
+                action()
+            except Exception as exc:
+                self._on_error(exc)
+        if self._stop.is_set():
+            self._stop.clear()
+            raise StopTraining(f"stopped with the Stop button after step {step}")
