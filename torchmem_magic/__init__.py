@@ -18,7 +18,7 @@ from .actions import (
     sharing_info,
 )
 from .check import memcheck
-from .model import MemcheckResult, Report
+from .results import MemcheckResult, Report
 from .session import MemwatchSession, last_report, memwatch
 
 __all__ = [

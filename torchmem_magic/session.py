@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from .analysis import growth_per_step
@@ -24,14 +24,15 @@ from .forensics import explain_worker_death, parse_worker_death, shm_warning
 from .leaks import baseline_of, suspects_from_scan
 from .model import (
     HeapSummary,
+    LiveStatus,
     RamSummary,
-    Report,
     ShmSummary,
     Status,
     Suspect,
     VramSummary,
     WorkerSummary,
 )
+from .results import Report
 from .scan import Budget, Root, scan_roots
 from .timeline import NAN, Timeline
 
@@ -66,29 +67,6 @@ class Listener(Protocol):
     def on_tick(self, session: MemwatchSession) -> None: ...
 
     def on_finish(self, session: MemwatchSession, report: Report) -> None: ...
-
-
-@dataclass(frozen=True)
-class LiveStatus:
-    """What the one-line live status shows; sizes in bytes, NaN where absent."""
-
-    elapsed_s: float
-    steps: int
-    epochs: int
-    ram_bytes: float
-    heap_bytes: float
-    vram_allocated_bytes: float
-    vram_reserved_bytes: float
-    shm_used_bytes: float
-    workers: int
-    ram_per_step: float | None
-    heap_per_step: float | None
-    vram_per_step: float | None
-    verdict: str | None = None  # the verdict as it forms (from LIVE_VERDICT_STEPS steps on)
-
-    @property
-    def steps_per_s(self) -> float:
-        return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
 class _Registry:
