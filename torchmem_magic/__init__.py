@@ -18,8 +18,8 @@ from .actions import (
     sharing_info,
 )
 from .check import memcheck
-from .model import MemcheckResult, Report
 from .api import memwatch
+from .results import MemcheckResult, Report
 from .session import MemwatchSession, last_report
 
 __all__ = [

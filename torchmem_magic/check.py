@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .leaks import memcheck_result
-from .model import MemcheckResult
+from .results import MemcheckResult
 from .scan import Budget, Root, scan_roots
 
 

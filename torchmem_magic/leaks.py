@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 from .fixes import SourceFix, fix_accumulate, fix_append, fix_carry_over
-from .model import MemcheckResult, Suspect
+from .model import Suspect
+from .results import MemcheckResult
 from .scan import RootStats, ScanResult
 
 MIB = 1 << 20

@@ -1,18 +1,21 @@
-"""The result objects of a memwatch run (stdlib only). `to_dict()` follows SPEC.md, schema 1.
+"""What a memwatch run and a memcheck measured, as plain data (stdlib only; nothing here renders).
 
-Field names carry units (`peak_bytes`); the schema's keys drop the `_bytes` suffix (`peak`) unless a
-field says otherwise in its metadata, so each class states its schema once, in its fields.
+`to_dict()` writes the documented JSON schema of reports, version 1: plain JSON-serialisable data
+that stays stable for code reading saved reports. Field names carry units (`peak_bytes`); the
+schema's keys drop the `_bytes` suffix (`peak`) unless a field says otherwise in its metadata, so
+each class states its schema once, in its fields. The objects users hold, which also print and
+display themselves, are the subclasses in `results.py`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
 Status = Literal["ok", "error", "interrupted"]
-Verdict = Literal["leak", "suspect", "clean", "unknown"]
+VerdictName = Literal["leak", "suspect", "clean", "unknown"]
 
 
 def _key(name: str, metadata: Any) -> str | None:
@@ -41,31 +44,13 @@ class _SchemaDict:
         return out
 
 
-class _TopLevelResult(_SchemaDict):
-    """A result users hold: versioned `to_dict()`, text repr and HTML repr (render.text functions)."""
-
-    _text_renderer: ClassVar[str]
-    _html_renderer: ClassVar[str]
+class _VersionedSchemaDict(_SchemaDict):
+    """A top-level result's `to_dict()`: the schema version first, so readers of saved data can tell
+    which layout they hold."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable data following SPEC.md schema 1 (plus documented extra keys)."""
+        """`{"schema": 1, ...}` followed by one key per field, as plain JSON-serialisable data."""
         return {"schema": SCHEMA_VERSION, **super().to_dict()}
-
-    def __str__(self) -> str:
-        from .render import text
-
-        return str(getattr(text, self._text_renderer)(self))
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        from .render import text
-
-        return str(getattr(text, self._html_renderer)(self))
 
 
 @dataclass(frozen=True)
@@ -160,7 +145,7 @@ class Suspect(_SchemaDict):
 
 @dataclass(frozen=True)
 class TensorFinding(_SchemaDict):
-    """One tensor reachable from what was checked (SPEC.md memcheck `findings`)."""
+    """One tensor reachable from what was checked (an entry of a memcheck's `findings`)."""
 
     path: str
     shape: tuple[int, ...]
@@ -173,9 +158,9 @@ class TensorFinding(_SchemaDict):
     retained_bytes: int = field(metadata={"key": "retained_bytes"})  # storage counted here + its graph
 
 
-@dataclass(frozen=True, repr=False)
-class MemcheckResult(_TopLevelResult):
-    """What `%memcheck EXPR` / `memcheck(obj)` found (SPEC.md memcheck schema 1).
+@dataclass(frozen=True)
+class MemcheckData(_VersionedSchemaDict):
+    """What `%memcheck EXPR` / `memcheck(obj)` found.
 
     `retained_bytes` is what deleting the checked object would free: tensors counted once by
     storage, plus what their autograd graphs alone keep alive (saved activations, ~700 B a node).
@@ -197,12 +182,9 @@ class MemcheckResult(_TopLevelResult):
     suspects: tuple[Suspect, ...] = ()  # whole-namespace checks: per-name holders, largest first
     elapsed_s: float = 0.0
 
-    _text_renderer: ClassVar[str] = "memcheck_text"
-    _html_renderer: ClassVar[str] = "memcheck_html"
 
-
-@dataclass(frozen=True, repr=False)
-class Report(_TopLevelResult):
+@dataclass(frozen=True)
+class ReportData(_VersionedSchemaDict):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured.
 
     Attributes:
@@ -225,7 +207,7 @@ class Report(_TopLevelResult):
     vram: VramSummary | None
     shm: ShmSummary | None
     workers: WorkerSummary | None
-    verdict: Verdict = "unknown"
+    verdict: VerdictName = "unknown"
     leak_kind: str | None = None
     resource: str | None = None
     steps_to_exhaustion: float | None = None
@@ -238,13 +220,10 @@ class Report(_TopLevelResult):
     source_errors: tuple[SourceErrors, ...] = field(default=(), metadata={"key": "errors"})  # sources that failed
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
-    _text_renderer: ClassVar[str] = "report_text"
-    _html_renderer: ClassVar[str] = "report_html"
-
 
 @dataclass(frozen=True)
 class LiveStatus:
-    """What the one-line live status shows; sizes in bytes, NaN where absent."""
+    """What the one-line live status under the figure shows; sizes in bytes, NaN where absent."""
 
     elapsed_s: float
     steps: int
@@ -258,7 +237,7 @@ class LiveStatus:
     ram_per_step: float | None
     heap_per_step: float | None
     vram_per_step: float | None
-    verdict: str | None = None  # the verdict as it forms (from LIVE_VERDICT_STEPS steps on)
+    verdict: str | None = None  # the verdict as it forms, once the run has enough steps for one
 
     @property
     def steps_per_s(self) -> float:
@@ -269,6 +248,6 @@ class LiveStatus:
 class SourceErrors(_SchemaDict):
     """A source of figures that failed while the run went on (a probe, a hook, the sampler thread)."""
 
-    source: str  # "heap probe", "step hook", "sampler thread"
+    source: str  # "step/epoch hooks", "heap probe", "sampler thread"
     count: int
     last: str  # the last failure, "OSError: ..."

@@ -19,7 +19,6 @@ from .model import (
     HeapSummary,
     LiveStatus,
     RamSummary,
-    Report,
     ShmSummary,
     SourceErrors,
     Status,
@@ -27,6 +26,7 @@ from .model import (
     VramSummary,
     WorkerSummary,
 )
+from .results import Report
 from .timeline import NAN, DecimatingSeries, Timeline
 from .verdict import Diagnosis, Series, decide, robust_slope
 

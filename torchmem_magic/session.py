@@ -18,13 +18,14 @@ from typing import Any, Protocol
 
 from .forensics import parse_worker_death
 from .hooks import TrainingHooks
-from .model import DeviceMemory, LiveStatus, Report, SourceErrors, Suspect
+from .model import DeviceMemory, LiveStatus, SourceErrors, Suspect
 from .probes.accelerator import AcceleratorProbe, parse_device
 from .probes.base import ProbeReader, Reading
 from .probes.heap import HeapProbe
 from .probes.limits import MemoryLimit, memory_limit, sharing_strategy
 from .probes.process import ProcessTreeProbe
 from .probes.shm import ShmProbe
+from .results import Report
 from .report import (
     LIVE_VERDICT_STEPS,
     RunEvidence,

@@ -1,4 +1,6 @@
-"""Report.to_dict() against SPEC.md schema 1, with every optional part present."""
+"""Report.to_dict() in the report's documented JSON schema, version 1, with every optional part present.
+
+What the reports print and display is pinned by test_render_golden.py."""
 
 import json
 
@@ -6,12 +8,13 @@ from torchmem_magic.model import (
     DeviceMemory,
     HeapSummary,
     RamSummary,
-    Report,
     ShmSummary,
     Suspect,
+    TensorFinding,
     VramSummary,
     WorkerSummary,
 )
+from torchmem_magic.results import MemcheckResult, Report
 
 
 def full_report() -> Report:
@@ -52,17 +55,17 @@ def test_keys_and_values_follow_the_spec() -> None:
     assert data["advice"] == ["use loss.item()"] and data["schema"] == 1 and data["verdict"] == "unknown"
 
 
-def test_text_and_html_reprs() -> None:
-    report = full_report()
-    text = str(report)
-    assert text.startswith("memwatch: ok · 10 steps · 2 epochs · 1.5 s")
-    for label in ("RAM (process tree)", "heap in use", "VRAM allocated", "shm (/dev/shm)", "DataLoader workers"):
-        assert label in text and label in report._repr_html_()
-    assert "<script" not in report._repr_html_()
 
-
-def test_ipython_pretty_printing_uses_the_text_report() -> None:
-    from IPython.lib.pretty import pretty
-
-    assert pretty(full_report()).startswith("memwatch: ok · 10 steps")
-    assert repr(full_report()) == str(full_report())
+def test_memcheck_to_dict_is_versioned_plain_data() -> None:
+    finding = TensorFinding("history[0]", (64, 10), "torch.float32", "cpu", 2560, True, "AddmmBackward0", 5, 6060)
+    result = MemcheckResult(
+        expr="history", tensors=1, bytes=2560, graph_tensors=1, graph_nodes=5, retained_bytes=6060,
+        devices=("cpu",), truncated=False, findings=(finding,), advice=("use loss.item()",),
+    )
+    data = result.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert data["schema"] == 1 and data["retained_bytes"] == 6060 and data["bytes"] == 2560
+    assert data["findings"] == [{
+        "path": "history[0]", "shape": [64, 10], "dtype": "torch.float32", "device": "cpu", "bytes": 2560,
+        "requires_grad": True, "grad_fn": "AddmmBackward0", "graph_nodes": 5, "retained_bytes": 6060,
+    }]

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets
 
 from .. import actions
-from .text import format_bytes
+from ..units import format_bytes
 
 if TYPE_CHECKING:
-    from ..model import Report
+    from ..results import Report
     from ..session import MemwatchSession
 
 

@@ -22,7 +22,7 @@ from .controls import Controls
 from .text import status_line
 
 if TYPE_CHECKING:
-    from ..model import Report
+    from ..results import Report
     from ..session import MemwatchSession
 
 MIB, GIB = float(1 << 20), float(1 << 30)

@@ -1,4 +1,8 @@
-"""Text and HTML forms of a Report and of the live status line (stdlib only)."""
+"""Text and HTML forms of a report, of a memcheck and of the live status line (stdlib only).
+
+Every function takes the plain data of `model.py` and returns a string; none imports the session or
+the result classes, which call these (results → render.text → model).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,11 @@ import html
 import math
 import re
 from collections import Counter
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from ..model import LiveStatus, MemcheckData, ReportData, Suspect, TensorFinding
 from ..units import format_bytes, format_duration
 
-if TYPE_CHECKING:
-    from ..model import MemcheckResult, Report, Suspect, TensorFinding
-    from ..session import LiveStatus
 
 def format_per_step(value: float | None) -> str:
     return "—" if value is None else f"{format_bytes(value, signed=True)}/step"
@@ -25,7 +27,7 @@ def _row(label: str, start: float, end: float, peak: float, per_step: float | No
     return (label, format_bytes(start), format_bytes(end), format_bytes(peak), format_per_step(per_step), note)
 
 
-def _rows(report: Report) -> list[Row]:
+def _rows(report: ReportData) -> list[Row]:
     """(resource, start, end, peak, growth, note) for each resource that was measured."""
     ram, heap, vram, shm, workers = report.ram, report.heap, report.vram, report.shm, report.workers
     rows = [
@@ -54,7 +56,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _headline(report: Report) -> str:
+def _headline(report: ReportData) -> str:
     status = {"ok": "ok", "error": "failed", "interrupted": "interrupted"}[report.status]
     parts = [
         f"memwatch: {status}",
@@ -66,7 +68,7 @@ def _headline(report: Report) -> str:
     return " · ".join(parts)
 
 
-def report_text(report: Report) -> str:
+def report_text(report: ReportData) -> str:
     """A concise multi-line summary for terminals and `print()`."""
     lines = [_headline(report)]
     if report.error and report.status != "ok":
@@ -86,7 +88,7 @@ def report_text(report: Report) -> str:
     return "\n".join(lines)
 
 
-def report_html(report: Report) -> str:
+def report_html(report: ReportData) -> str:
     """The same summary as a small self-contained HTML table (no scripts, no CDN)."""
     esc = html.escape
     head = "".join(f"<th style='text-align:right;padding:0 .6em'>{h}</th>" for h in ("start", "end", "peak", "growth"))
@@ -190,9 +192,24 @@ def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool =
 _INDEX = re.compile(r"\[\d+\]")
 
 
+@dataclass(frozen=True)
+class FindingGroup:
+    """Findings whose paths differ only in list indices, summed into one row (`history[*]` x 10,000)."""
 
-def group_findings(findings: tuple[TensorFinding, ...]) -> list[dict[str, object]]:
-    """Findings whose paths differ only in list indices, as one row: `history[*]` x 10,000."""
+    path: str  # the shared path, indices written as [*]
+    count: int
+    shape: str  # the commonest shape, "64×10" ("scalar" for 0-d)
+    varied_shapes: bool
+    dtype: str  # the first member's dtype and device
+    device: str
+    bytes: int
+    grad_fn: str | None  # the commonest grad_fn
+    graph_nodes: int
+    retained_bytes: int
+
+
+def group_findings(findings: tuple[TensorFinding, ...]) -> list[FindingGroup]:
+    """One row per path pattern, largest retained first, so 10,000 kept losses read as one line."""
     groups: dict[str, list[TensorFinding]] = {}
     for f in findings:
         groups.setdefault(_INDEX.sub("[*]", f.path), []).append(f)
@@ -201,24 +218,23 @@ def group_findings(findings: tuple[TensorFinding, ...]) -> list[dict[str, object
         shapes = Counter(f.shape for f in members)
         grad_fns = Counter(f.grad_fn for f in members)
         rows.append(
-            {
-                "path": pattern,
-                "count": len(members),
-                "shape": "×".join(map(str, shapes.most_common(1)[0][0])) or "scalar",
-                "varied_shapes": len(shapes) > 1,
-                "dtype": members[0].dtype,
-                "device": members[0].device,
-                "bytes": sum(f.bytes for f in members),
-                "requires_grad": any(f.requires_grad for f in members),
-                "grad_fn": grad_fns.most_common(1)[0][0],
-                "graph_nodes": sum(f.graph_nodes for f in members),
-                "retained_bytes": sum(f.retained_bytes for f in members),
-            }
+            FindingGroup(
+                path=pattern,
+                count=len(members),
+                shape="×".join(map(str, shapes.most_common(1)[0][0])) or "scalar",
+                varied_shapes=len(shapes) > 1,
+                dtype=members[0].dtype,
+                device=members[0].device,
+                bytes=sum(f.bytes for f in members),
+                grad_fn=grad_fns.most_common(1)[0][0],
+                graph_nodes=sum(f.graph_nodes for f in members),
+                retained_bytes=sum(f.retained_bytes for f in members),
+            )
         )
-    return sorted(rows, key=lambda r: -int(r["retained_bytes"]))  # type: ignore[call-overload]
+    return sorted(rows, key=lambda r: -r.retained_bytes)
 
 
-def _memcheck_headline(result: MemcheckResult) -> str:
+def _memcheck_headline(result: MemcheckData) -> str:
     estimate = " (estimate)" if result.estimated else ""
     parts = [
         f"{result.expr or 'namespace'}: {_count(result.tensors, 'tensor')}",
@@ -234,32 +250,37 @@ def _memcheck_headline(result: MemcheckResult) -> str:
     return " · ".join(parts)
 
 
-def memcheck_text(result: MemcheckResult) -> str:
+def _shape(row: FindingGroup) -> str:
+    return row.shape + ("…" if row.varied_shapes else "")
+
+
+def memcheck_text(result: MemcheckData) -> str:
+    """The headline, up to 15 grouped findings, the holders and the advice, for terminals."""
     lines = [_memcheck_headline(result)]
     for row in group_findings(result.findings)[:15]:
         lines.append(
-            f"  {row['path']}  ×{row['count']:,}  {row['shape']}{'…' if row['varied_shapes'] else ''} {row['dtype']} "
-            f"{row['device']}  {format_bytes(row['bytes'])}"  # type: ignore[arg-type]
-            + (f"  grad_fn={row['grad_fn']}, {row['graph_nodes']:,} nodes" if row["grad_fn"] else "")
-            + f"  retains {format_bytes(row['retained_bytes'])}"  # type: ignore[arg-type]
+            f"  {row.path}  ×{row.count:,}  {_shape(row)} {row.dtype} {row.device}  {format_bytes(row.bytes)}"
+            + (f"  grad_fn={row.grad_fn}, {row.graph_nodes:,} nodes" if row.grad_fn else "")
+            + f"  retains {format_bytes(row.retained_bytes)}"
         )
     lines += suspects_text(result.suspects, in_cell=False)
     lines += [f"  → {a}" for a in result.advice]
     return "\n".join(lines)
 
 
-def memcheck_html(result: MemcheckResult) -> str:
+def memcheck_html(result: MemcheckData) -> str:
+    """The same as a self-contained HTML table (up to 50 grouped findings; no scripts)."""
     esc = html.escape
     rows = [
         [
-            f"<code>{esc(str(r['path']))}</code>",
-            f"{r['count']:,}",
-            esc(f"{r['shape']}{'…' if r['varied_shapes'] else ''}"),
-            esc(f"{r['dtype']} {r['device']}"),
-            esc(format_bytes(r["bytes"])),  # type: ignore[arg-type]
-            esc(str(r["grad_fn"] or "—")),
-            f"{r['graph_nodes']:,}",
-            esc(format_bytes(r["retained_bytes"])),  # type: ignore[arg-type]
+            f"<code>{esc(r.path)}</code>",
+            f"{r.count:,}",
+            esc(_shape(r)),
+            esc(f"{r.dtype} {r.device}"),
+            esc(format_bytes(r.bytes)),
+            esc(r.grad_fn or "—"),
+            f"{r.graph_nodes:,}",
+            esc(format_bytes(r.retained_bytes)),
         ]
         for r in group_findings(result.findings)[:50]
     ]
