@@ -1,26 +1,46 @@
 """torchmem_magic: watch PyTorch memory (RAM, heap, VRAM, /dev/shm) while a notebook cell trains.
 
 `%load_ext torchmem_magic`, then `%%memwatch` over a training loop; `last_report()` afterwards.
-Importing this package imports neither torch nor IPython; the magics load on `%load_ext`.
+Importing this package imports nothing else: each public name loads on first use, the magics on
+`%load_ext`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .actions import (
-    collect_garbage,
-    release_last_exception,
-    release_notebook_caches,
-    release_output_cache,
-    return_heap_to_os,
-    set_sharing_strategy,
-    sharing_info,
-)
-from .check import memcheck
-from .api import memwatch
-from .results import MemcheckResult, Report
-from .session import MemwatchSession, last_report
+if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads on first use
+    from .actions import (
+        collect_garbage,
+        release_last_exception,
+        release_notebook_caches,
+        release_output_cache,
+        return_heap_to_os,
+        set_sharing_strategy,
+        sharing_info,
+    )
+    from .api import memwatch
+    from .check import memcheck
+    from .results import MemcheckResult, Report
+    from .session import MemwatchSession, last_report
+
+#: public name -> the module that defines it
+_HOMES = {
+    "collect_garbage": "actions",
+    "release_last_exception": "actions",
+    "release_notebook_caches": "actions",
+    "release_output_cache": "actions",
+    "return_heap_to_os": "actions",
+    "set_sharing_strategy": "actions",
+    "sharing_info": "actions",
+    "memwatch": "api",
+    "memcheck": "check",
+    "MemcheckResult": "results",
+    "Report": "results",
+    "MemwatchSession": "session",
+    "last_report": "session",
+}
 
 __all__ = [
     "MemcheckResult",
@@ -42,6 +62,17 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+def __getattr__(name: str) -> Any:
+    """Load a public name's module on first use, so `import torchmem_magic` (and any of its pure
+    modules) imports no psutil, torch or IPython and does no work."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext torchmem_magic`: register the magics (loading twice is harmless)."""
     from .magics import MemwatchMagics
@@ -60,3 +91,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     manager.magics["cell"].pop("memwatch", None)
     manager.magics["line"].pop("memcheck", None)
     manager.registry.pop("MemwatchMagics", None)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -109,7 +109,7 @@ class DecimatingSeries:
     def __len__(self) -> int:
         return len(self._columns[0])
 
-    def column(self, name: str) -> array:
+    def column(self, name: str) -> array[float]:
         """A copy of one column (stored rows only, plus a partially merged pending row)."""
         j = column_index(name)
         with self._lock:
@@ -118,7 +118,7 @@ class DecimatingSeries:
                 out.append(self._pending[j])
         return out
 
-    def columns(self, *names: str) -> dict[str, array]:
+    def columns(self, *names: str) -> dict[str, array[float]]:
         """Consistent copies of several columns taken under one lock."""
         idx = [column_index(n) for n in names]
         with self._lock:

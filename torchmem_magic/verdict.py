@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .model import VerdictName
 from .units import format_bytes, format_duration
 
 MIB = 1 << 20
@@ -46,7 +47,7 @@ class Series:
 @dataclass(frozen=True)
 class ResourceFinding:
     resource: str
-    verdict: str  # "leak", "suspect", "clean", "unknown"
+    verdict: VerdictName
     leak_kind: str | None
     per_step_bytes: float | None
     per_step_error_bytes: float | None
@@ -62,7 +63,7 @@ class ResourceFinding:
 class Diagnosis:
     """The run's verdict: the leaking resource (if any), its rate, when it runs out, and why."""
 
-    verdict: str
+    verdict: VerdictName
     leak_kind: str | None
     resource: str | None
     per_step_bytes: float | None
@@ -197,7 +198,7 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
     boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
     net = ys[-1] - ys[0]
 
-    def finding(verdict: str, kind: str | None, sporadic: tuple[tuple[int, int], ...] = ()) -> ResourceFinding:
+    def finding(verdict: VerdictName, kind: str | None, sporadic: tuple[tuple[int, int], ...] = ()) -> ResourceFinding:
         exhaustion = None
         if verdict in ("leak", "suspect") and series.limit_bytes and slope > 0:
             exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / slope)

@@ -1,6 +1,18 @@
-"""DataLoader workers in a real kernel: a worker killed mid-epoch is explained from the curves."""
+"""DataLoader workers in a real kernel: a worker that dies mid-epoch is explained from how it ended.
+
+The loop sees torch's "DataLoader worker (pid N) is killed by signal" or, on a busy machine, only a
+reset connection; the report's explanation must not depend on which. `test_..._under_load` repeats
+both scenarios with every core busy (marked slow: `pytest -m slow tests/kernel/test_dataloader.py`,
+`TORCHMEM_REPEAT=N` sets the number of runs, 30 by default).
+"""
 
 from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kernel_client import Kernel
@@ -22,8 +34,9 @@ TRAIN_WITH_TWO_WORKERS = (
 )
 
 
-def test_worker_killed_mid_epoch_is_explained_and_the_error_still_propagates(fresh_kernel: Kernel) -> None:
-    execution = fresh_kernel.execute(
+def kill_a_worker(kernel: Kernel) -> tuple[dict, str]:  # type: ignore[type-arg]
+    """SIGKILL one worker mid-epoch; returns the report and what the cell failed with."""
+    execution = kernel.execute(
         "%%memwatch -q --interval 20\n"
         + TRAIN_WITH_TWO_WORKERS +
         "    if step == 10:\n"
@@ -31,19 +44,41 @@ def test_worker_killed_mid_epoch_is_explained_and_the_error_still_propagates(fre
         "        os.kill(victim, signal.SIGKILL)\n",
         timeout_s=120,
     )
-    assert execution.status == "error" and execution.error["ename"] == "RuntimeError"
-    assert "DataLoader worker (pid" in execution.error["evalue"]  # "killed by signal" or "exited unexpectedly"
-    report = fresh_kernel.value("torchmem_magic.last_report().to_dict()")
-    victim = fresh_kernel.value("victim")
+    assert execution.status == "error"  # the loop's own error propagates, whichever form it took
+    report = kernel.value("torchmem_magic.last_report().to_dict()")
+    victim = kernel.value("victim")
     assert report["status"] == "error" and report["workers"]["max"] == 2
-    assert report["advice"][0].startswith(f"DataLoader worker {victim} died")
-    assert "neither memory nor /dev/shm was near its limit" in report["advice"][0]
+    assert report["error"].split(":")[0] == execution.error["ename"]
+    assert report["advice"][0].startswith(
+        f"DataLoader worker {victim} died (Killed): neither memory nor /dev/shm was near its limit"
+    )
+    return report, execution.error["evalue"]
+
+
+def fill_shm_then_bus_error(kernel: Kernel, shm: Path) -> tuple[dict, str]:  # type: ignore[type-arg]
+    """Fill a 16 MiB tmpfs, then SIGBUS a worker (what a full /dev/shm does to it)."""
+    execution = kernel.execute(
+        f"%%memwatch -q --interval 20 --shm-path {shm}\n"
+        + TRAIN_WITH_TWO_WORKERS +
+        "    if step == 5:\n"
+        f"        open('{shm}/filler', 'wb').write(b'0' * (15 << 20))  # the segments filled it\n"
+        "        time.sleep(0.3)  # a few samples see it full\n"
+        "        victim = batches._workers[0].pid\n"
+        "        os.kill(victim, signal.SIGBUS)\n",
+        timeout_s=120,
+    )
+    assert execution.status == "error"
+    report = kernel.value("torchmem_magic.last_report().to_dict()")
+    victim = kernel.value("victim")
+    kernel.ok(f"del batches; os.remove('{shm}/filler')")
+    assert report["shm"]["path"] == str(shm) and report["shm"]["limit"] == 16 << 20
+    assert report["advice"][0].startswith(f"DataLoader worker {victim} died (Bus error): {shm} was 9")
+    assert "--shm-size" in report["advice"][1]
+    return report, execution.error["evalue"]
 
 
 @pytest.fixture()
-def small_shm(tmp_path):  # type: ignore[no-untyped-def]
-    import subprocess
-
+def small_shm(tmp_path: Path) -> Iterator[Path]:
     mountpoint = tmp_path / "shm"
     mountpoint.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mountpoint)], capture_output=True).returncode:
@@ -52,17 +87,46 @@ def small_shm(tmp_path):  # type: ignore[no-untyped-def]
     subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
 
 
-def test_full_shm_then_a_bus_error_is_explained_as_shm(fresh_kernel: Kernel, small_shm) -> None:  # type: ignore[no-untyped-def]
-    execution = fresh_kernel.execute(
-        f"%%memwatch -q --interval 20 --shm-path {small_shm}\n"
-        + TRAIN_WITH_TWO_WORKERS +
-        "    if step == 5:\n"
-        f"        open('{small_shm}/filler', 'wb').write(b'0' * (15 << 20))  # the segments filled it\n"
-        "        time.sleep(0.3)  # a few samples see it full\n"
-        "        os.kill(batches._workers[0].pid, signal.SIGBUS)\n",
-        timeout_s=120,
-    )
-    assert execution.status == "error" and "DataLoader worker (pid" in execution.error["evalue"]
-    report = fresh_kernel.value("torchmem_magic.last_report().to_dict()")
-    assert report["shm"]["path"] == str(small_shm) and report["shm"]["limit"] == 16 << 20
-    assert "/dev/shm was 9" in report["advice"][0] and "--shm-size" in report["advice"][1]
+def test_worker_killed_mid_epoch_is_explained_and_the_error_still_propagates(fresh_kernel: Kernel) -> None:
+    kill_a_worker(fresh_kernel)
+
+
+def test_full_shm_then_a_bus_error_is_explained_as_shm(fresh_kernel: Kernel, small_shm: Path) -> None:
+    fill_shm_then_bus_error(fresh_kernel, small_shm)
+
+
+def _burn() -> None:
+    while True:
+        pass
+
+
+@pytest.fixture()
+def every_core_busy() -> Iterator[None]:
+    burners = [multiprocessing.get_context("spawn").Process(target=_burn, daemon=True) for _ in range(os.cpu_count() or 2)]
+    for burner in burners:
+        burner.start()
+    yield
+    for burner in burners:
+        burner.kill()
+        burner.join()
+
+
+@pytest.mark.slow
+def test_worker_deaths_are_explained_every_time_under_load(
+    every_core_busy: None, small_shm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every run keeps its explanation; what the loop saw varies (printed, for the record)."""
+    runs = int(os.environ.get("TORCHMEM_REPEAT", "30"))
+    seen: dict[str, int] = {}
+    for scenario in ("SIGKILL", "full shm + SIGBUS"):
+        kernel = Kernel()
+        try:
+            kernel.ok("import torch\ntorch.set_num_threads(1)\n%load_ext torchmem_magic\nimport torchmem_magic")
+            for _ in range(runs):
+                _, loop_saw = kill_a_worker(kernel) if scenario == "SIGKILL" else fill_shm_then_bus_error(kernel, small_shm)
+                key = f"{scenario}: loop saw {'a reset connection' if 'reset' in loop_saw else 'the worker death'}"
+                seen[key] = seen.get(key, 0) + 1
+        finally:
+            kernel.shutdown()
+    with capsys.disabled():
+        print(f"\n{runs} runs of each scenario, every explanation kept; {seen}")

@@ -80,4 +80,5 @@ def test_status_line_shows_the_verdict_as_it_forms() -> None:
             if step in (20, 89):
                 seen.append(figure.status.value.replace("&nbsp;", " "))
     assert "verdict so far" not in seen[0]  # before step 30: no verdict yet
+    assert "verdict so far: leak: per-iteration in heap" in seen[1]  # while the loop still runs
     assert "verdict so far: leak: per-iteration in heap" in figure.status.value.replace("&nbsp;", " ")

@@ -27,8 +27,8 @@ class HeapProbe:
     another allocator is preloaded (its memory is invisible to glibc's counters).
     """
 
-    name = "heap"
-    columns = ("heap_bytes",)
+    name: str = "heap"
+    columns: tuple[str, ...] = ("heap_bytes",)
 
     def __init__(self) -> None:
         self._mallinfo2: Any = None

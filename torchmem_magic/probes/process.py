@@ -186,8 +186,8 @@ class ChildProcess:
 class KernelRssProbe:
     """The kernel process's own RSS: the one process counter cheap enough for every step."""
 
-    name = "kernel RSS"
-    columns = ("rss_bytes",)
+    name: str = "kernel RSS"
+    columns: tuple[str, ...] = ("rss_bytes",)
 
     def __init__(self, pid: int | None = None) -> None:
         self._reader = RssReader(os.getpid() if pid is None else pid)
@@ -213,8 +213,8 @@ class ProcessTreeProbe:
     recorded in `worker_exits`.
     """
 
-    name = "process tree"
-    columns = ("ram_bytes", "rss_bytes", "workers_bytes", "workers")
+    name: str = "process tree"
+    columns: tuple[str, ...] = ("ram_bytes", "rss_bytes", "workers_bytes", "workers")
     CHILDREN_REFRESH_S = 0.5
     PSS_MIN_PERIOD_S = 1.0
     PSS_COST_FACTOR = 50.0  # wait at least 50x what the last PSS read cost

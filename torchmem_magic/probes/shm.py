@@ -20,7 +20,7 @@ class ShmProbe:
     the filesystem's counters see them, not a directory listing.
     """
 
-    name = "shm"
+    name: str = "shm"
     columns: tuple[str, ...] = ("shm_used_bytes",)
 
     def __init__(self, path: str = "/dev/shm") -> None:

@@ -1,0 +1,99 @@
+"""The layers, read from the imports: no import circle anywhere (type-checking imports included),
+and the pure modules (data, analysis, report assembly, text forms) import only each other and the
+standard library, so each one loads alone with no torch, IPython, psutil or widgets."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torchmem_magic
+
+PACKAGE = Path(torchmem_magic.__file__).parent
+
+#: the bottom of the stack: decides and formats, never measures
+PURE = (
+    "units", "model", "timeline", "verdict", "forensics", "fixes", "report", "results", "step_sampling",
+    "step_requests", "render.text", "check", "suspects", "notebook",
+    "scan.results", "scan.introspect", "scan.paths", "scan.autograd", "scan.scanner",
+)
+HEAVY = ("torch", "IPython", "psutil", "ipywidgets", "bqplot", "numpy")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _imports(name: str, path: Path) -> tuple[set[str], set[str]]:
+    """(package modules, outside top-level modules) that `name` imports anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    modules = _modules()
+    inside, outside = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("torchmem_magic"):
+                    inside.add(alias.name.removeprefix("torchmem_magic").lstrip("."))
+                else:
+                    outside.add(alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if (node.module or "").startswith("torchmem_magic"):
+                    inside.add((node.module or "").removeprefix("torchmem_magic").lstrip("."))
+                else:
+                    outside.add((node.module or "").split(".")[0])
+                continue
+            base = package.split(".") if package else []
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            for alias in node.names:  # `from . import actions`: a module, not a name
+                sub = f"{target}.{alias.name}" if target else alias.name
+                inside.add(sub if sub in modules else target)
+    inside.discard("")
+    inside.discard(name)
+    return inside, outside
+
+
+def test_every_pure_module_exists() -> None:
+    assert set(PURE) <= set(_modules())
+
+
+def test_no_import_circle() -> None:
+    graph = {name: _imports(name, path)[0] for name, path in _modules().items() if name}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                pytest.fail("import circle: " + " -> ".join([*trail[trail.index(nxt):], nxt]))
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_pure_modules_import_only_pure_modules_and_the_standard_library(name: str) -> None:
+    inside, outside = _imports(name, _modules()[name])
+    assert inside <= set(PURE) | {"scan", "render"}, f"{name} imports {sorted(inside - set(PURE))}"
+    assert outside <= set(sys.stdlib_module_names) | {"__future__"}, f"{name} imports {sorted(outside)}"
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_each_pure_module_loads_alone_without_heavy_modules(name: str) -> None:
+    code = f"import sys, torchmem_magic.{name}; print([m for m in {HEAVY!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,58 @@
+"""The step-sampling policy, driven with numbers: which steps get a step-aligned sample."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchmem_magic.step_sampling import StepSamplingPolicy
+
+
+def run(policy: StepSamplingPolicy, steps: int, step_s: float, cost_s: float) -> list[int]:
+    """Steps the policy samples when each step takes `step_s` and each sample costs `cost_s` of CPU."""
+    sampled = []
+    for step in range(1, steps + 1):
+        if policy.due():
+            sampled.append(step)
+            policy.sampled(step, started_s=step * step_s, cost_s=cost_s)
+    return sampled
+
+
+def test_slow_steps_are_all_sampled() -> None:
+    assert run(StepSamplingPolicy(), 500, step_s=0.05, cost_s=5e-6) == list(range(1, 501))
+
+
+def test_fast_steps_are_thinned_to_the_budget_after_a_dense_start() -> None:
+    policy = StepSamplingPolicy()
+    sampled = run(policy, 5000, step_s=200e-6, cost_s=10e-6)  # a sample is 5% of a step
+    assert sampled[:63] == list(range(1, 64))  # the dense start: 63 x 10 µs is under its 20 ms
+    assert policy.stride == 17  # ceil(10 µs / (0.3% x 200 µs))
+    later = [b - a for a, b in zip(sampled, sampled[1:]) if a > 64]
+    assert set(later) == {17}
+    assert policy.dense_spent_s == pytest.approx(len(sampled) * 10e-6)
+
+
+def test_an_expensive_dense_start_is_cut_short() -> None:
+    policy = StepSamplingPolicy()
+    sampled = run(policy, 64, step_s=1e-3, cost_s=5e-3)  # a churned heap: 5 ms a sample
+    assert sampled[:4] == [1, 2, 3, 4] and 5 not in sampled  # the 4th reaches 20 ms: the dense start ends
+    assert policy.stride == 100  # then at most 5% of a 1 ms step
+
+
+def test_filing_cost_counts_against_the_budget_and_the_stride_is_capped() -> None:
+    policy = StepSamplingPolicy(dense_steps=0)
+    policy.filed(rows=10, cost_s=100e-6)  # 10 µs a row on the sampler thread
+    run(policy, 3, step_s=100e-6, cost_s=1e-6)
+    assert policy.stride == 37  # ceil(11 µs / (0.3% x 100 µs))
+    capped = StepSamplingPolicy(dense_steps=0)
+    run(capped, 3, step_s=1e-6, cost_s=1e-3)
+    assert capped.stride == capped.max_stride
+
+
+def test_the_next_step_can_be_forced_and_a_final_sample_is_remembered() -> None:
+    policy = StepSamplingPolicy(stride=50)
+    policy.sampled(1, 0.0, 0.0)
+    policy.stride = 50
+    policy.sample_next()
+    assert policy.due()
+    policy.mark_sampled(99)
+    assert policy.last_sampled_step == 99
