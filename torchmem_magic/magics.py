@@ -16,9 +16,9 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from .leaks import memcheck_result
+from .check import check_roots
 from .notebook import notebook_roots, recent_sources
-from .scan import Root, scan_roots
+from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, StopTraining, active_session
 
 
@@ -182,9 +182,8 @@ class MemwatchMagics(Magics):
             del value
         else:
             roots = notebook_roots(shell)
-        scanned = scan_roots(roots)
+        result = check_roots(expr, roots, recent_sources(shell), namespace=not expr)
         del roots
-        result = memcheck_result(expr, scanned, recent_sources(shell), namespace=not expr)
         if return_result:
             return result
         if getattr(shell, "kernel", None) is not None:

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from .analysis import growth_per_step
 from .detect import Series, Verdict, decide
 from .forensics import explain_worker_death, parse_worker_death, shm_warning
-from .leaks import baseline_of, suspects_from_scan
 from .model import (
     HeapSummary,
     RamSummary,
@@ -32,7 +31,9 @@ from .model import (
     VramSummary,
     WorkerSummary,
 )
-from .scan import Budget, Root, scan_roots
+from .scan.results import Budget, Root
+from .scan.scanner import scan_roots
+from .suspects import baseline_of, suspects_from_scan
 from .timeline import NAN, Timeline
 
 DEFAULT_INTERVAL_MS = 100.0

@@ -1,8 +1,10 @@
 """The public surface and the import-time contract (no torch, no IPython, no work at import)."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torchmem_magic
 
@@ -46,3 +48,16 @@ def test_core_layers_import_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = {"." * node.level + (node.module or "") for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    return found | {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+
+
+def test_suspects_depend_on_scan_results_only_and_scan_package_imports_nothing() -> None:
+    package = Path(torchmem_magic.__file__).parent
+    assert {m for m in _imported_modules(package / "suspects.py") if "scan" in m} == {".scan.results"}
+    assert _imported_modules(package / "scan" / "__init__.py") == set()
+    assert _imported_modules(package / "scan" / "results.py") <= {"__future__", "dataclasses", "typing", "..model"}
