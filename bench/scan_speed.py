@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
-from torchmem_magic.leaks import suspects_from_scan
-from torchmem_magic.scan import Budget, Root, scan_roots
+from torchmem_magic.scan.results import Budget, Root
+from torchmem_magic.scan.scanner import scan_roots
+from torchmem_magic.suspects import suspects_from_scan
 
 
 def build_namespace() -> dict[str, Any]:

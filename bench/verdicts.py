@@ -23,7 +23,7 @@ from leaky_loops import CLEAN, LEAKS, SETUP  # noqa: E402
 
 from torchmem_magic import MemwatchSession  # noqa: E402
 from torchmem_magic.verdict import MIB, Series, decide  # noqa: E402
-from torchmem_magic.scan import Root  # noqa: E402
+from torchmem_magic.scan.results import Root  # noqa: E402
 
 
 def rule_a(ram: list[float]) -> str:

@@ -16,11 +16,12 @@ from typing import Any
 
 import psutil
 
-from .notebook import _NUMBERED_OUTPUT
+from .notebook import is_numbered_output
 from .probes.accelerator import AcceleratorProbe
 from .probes.heap import HeapProbe
 from .probes.limits import sharing_strategy
 from .probes.shm import ShmProbe
+from .units import format_bytes
 
 
 def _shell(shell: Any | None) -> Any:
@@ -59,7 +60,7 @@ def release_output_cache(shell: Any | None = None) -> int:
         displayhook = shell.displayhook
         if getattr(displayhook, "do_full_cache", False):
             displayhook.flush()
-        for name in [n for n in list(ns) if _NUMBERED_OUTPUT.match(n)]:
+        for name in [n for n in list(ns) if is_numbered_output(n)]:
             del ns[name]
         for name in ("_", "__", "___"):
             if name in hidden:
@@ -77,8 +78,8 @@ def release_output_cache(shell: Any | None = None) -> int:
 def release_last_exception(shell: Any | None = None) -> int:
     """Drop every reference to the last exception and its frames; returns the heap bytes freed.
 
-    `sys.last_*` alone is not enough: IPython keeps the traceback in `InteractiveTB.tb` and in
-    the last execution result (FACTS.md).
+    `sys.last_*` alone is not enough: IPython also keeps the traceback in `InteractiveTB.tb`, and the
+    exception in the last execution result's `error_in_exec`.
     """
     shell = _shell(shell)
 
@@ -120,8 +121,6 @@ class ActionResult:
         return max(0, self.heap_before - self.heap_after)
 
     def __str__(self) -> str:
-        from .render.text import format_bytes
-
         parts = [f"{self.action}: RSS {format_bytes(self.rss_before)} → {format_bytes(self.rss_after)}"]
         if self.heap_before is not None and self.heap_after is not None:
             parts.append(f"heap {format_bytes(self.heap_before)} → {format_bytes(self.heap_after)}")
@@ -206,8 +205,6 @@ class SharingInfo:
     recommendation: str | None
 
     def __str__(self) -> str:
-        from .render.text import format_bytes
-
         shm = "no /dev/shm" if self.shm_total_bytes is None else (
             f"/dev/shm {format_bytes(self.shm_free_bytes)} free of {format_bytes(self.shm_total_bytes)}"
         )

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .scan import Root
+from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession
 
 

@@ -1,12 +1,28 @@
-"""`memcheck(obj)`: what one object keeps alive, for scripts and tests (the magic's engine too)."""
+"""What objects keep alive, as `memcheck(obj)` and `%memcheck` report it: one scan, one result."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .leaks import memcheck_result
 from .results import MemcheckResult
-from .scan import Budget, Root, scan_roots
+from .scan.results import Budget, Root
+from .scan.scanner import scan_roots
+from .suspects import memcheck_result
+
+
+def check_roots(
+    expr: str, roots: list[Root], sources: list[str], *, namespace: bool, budget: Budget | None = None
+) -> MemcheckResult:
+    """Scan `roots` and judge what they keep alive: the engine of `memcheck()` and `%memcheck`.
+
+    Args:
+        expr: what was checked, as the user wrote it ("" for the whole namespace).
+        roots: where the scan starts (one object, or every place a notebook keeps references).
+        sources: code to look for the line a fix applies to (e.g. recent notebook cells).
+        namespace: the roots are a whole namespace: list its suspect holders, not one object's figures.
+        budget: scan limits (time, objects, depth, graph nodes); results say when one was hit.
+    """
+    return memcheck_result(expr, scan_roots(roots, budget), sources, namespace=namespace)
 
 
 def memcheck(obj: Any, *, name: str = "obj", sources: list[str] | None = None, budget: Budget | None = None) -> MemcheckResult:
@@ -18,5 +34,4 @@ def memcheck(obj: Any, *, name: str = "obj", sources: list[str] | None = None, b
         sources: code to look for the line a fix applies to (e.g. recent notebook cells).
         budget: scan limits (time, objects, depth, graph nodes); results say when one was hit.
     """
-    result = scan_roots([Root(name, "user", name, obj)], budget)
-    return memcheck_result(name, result, sources or [])
+    return check_roots(name, [Root(name, "user", name, obj)], sources or [], namespace=False, budget=budget)

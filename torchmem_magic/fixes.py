@@ -85,7 +85,7 @@ class _DetachName(ast.NodeTransformer):
 
 
 def _assigned_names(stmt: ast.Assign) -> set[str]:
-    names = set()
+    names: set[str] = set()
     for target in stmt.targets:
         elements = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
         names.update(ast.unparse(e) for e in elements)

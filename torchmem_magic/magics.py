@@ -16,9 +16,9 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from .leaks import memcheck_result
+from .check import check_roots
 from .notebook import notebook_roots, recent_sources
-from .scan import Root, scan_roots
+from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
 from .step_requests import StopTraining
 
@@ -41,7 +41,7 @@ def widgets_available(shell: Any) -> bool:
 
 def _current_cell_number(shell: Any) -> int:
     exec_result = getattr(shell.displayhook, "exec_result", None)
-    return getattr(exec_result, "execution_count", None) or shell.execution_count
+    return int(getattr(exec_result, "execution_count", None) or shell.execution_count)
 
 
 @magics_class
@@ -51,7 +51,7 @@ class MemwatchMagics(Magics):
     def _compile_body(self, line: str, cell: str) -> tuple[Any, Any]:
         """Compile the body for exec plus its last expression (or None) for eval."""
         __tracebackhide__ = True
-        shell = self.shell
+        shell: Any = self.shell  # IPython's own annotations take source text where it accepts an AST too
         header = f"%%memwatch {line}".rstrip()
         filename = shell.compile.cache(f"{header}\n{cell}", _current_cell_number(shell))
         # a leading blank line stands for the %%memwatch line, so line numbers (also of syntax
@@ -65,7 +65,7 @@ class MemwatchMagics(Magics):
 
     def _run_body(self, code: Any, last: Any) -> Any:
         __tracebackhide__ = True
-        shell = self.shell
+        shell: Any = self.shell
         exec(code, shell.user_global_ns, shell.user_ns)
         return None if last is None else eval(last, shell.user_global_ns, shell.user_ns)
 
@@ -167,7 +167,7 @@ class MemwatchMagics(Magics):
         output cache and last traceback, as a list of holders.
         """
         return_result, expr = _parse_memcheck_line(line)
-        shell = self.shell
+        shell: Any = self.shell
         if expr:
             try:
                 code = compile(expr, "<memcheck>", "eval")
@@ -183,9 +183,8 @@ class MemwatchMagics(Magics):
             del value
         else:
             roots = notebook_roots(shell)
-        scanned = scan_roots(roots)
+        result = check_roots(expr, roots, recent_sources(shell), namespace=not expr)
         del roots
-        result = memcheck_result(expr, scanned, recent_sources(shell), namespace=not expr)
         if return_result:
             return result
         if getattr(shell, "kernel", None) is not None:

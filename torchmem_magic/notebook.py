@@ -1,7 +1,10 @@
 """Where an IPython shell keeps references: the user's names and the caches users do not see.
 
 Duck-typed on the shell object (no IPython import), so it is tested with a real kernel and a
-real InteractiveShell alike. FACTS.md lists the places; each becomes a scan Root.
+real InteractiveShell alike. Each place becomes a scan Root: the user's names; the output cache
+(`Out`, `_N`, `_`/`__`/`___` in the namespace and their copies in `user_ns_hidden`, the
+displayhook's own `_`/`__`/`___`, the last execution result); the last exception (`sys.last_*`,
+IPython's copy of the traceback, the last execution result's error).
 """
 
 from __future__ import annotations
@@ -10,11 +13,16 @@ import re
 import sys
 from typing import Any
 
-from .scan import Root
+from .scan.results import Root
 
 OUTPUT_CACHE = "Out"
 LAST_EXCEPTION = "sys.last_traceback"
 _NUMBERED_OUTPUT = re.compile(r"_\d+$")
+
+
+def is_numbered_output(name: str) -> bool:
+    """`_5`: IPython's name for the output of cell 5 (one more reference to it, besides `Out[5]`)."""
+    return _NUMBERED_OUTPUT.match(name) is not None
 
 
 def user_roots(shell: Any) -> list[Root]:
@@ -36,7 +44,7 @@ def output_cache_roots(shell: Any) -> list[Root]:
     out = ns.get("_oh", ns.get("Out"))
     if isinstance(out, dict):
         roots.append(Root(OUTPUT_CACHE, "output-cache", "Out", out))
-    for name in [n for n in list(ns) if _NUMBERED_OUTPUT.match(n)]:
+    for name in [n for n in list(ns) if is_numbered_output(n)]:
         roots.append(Root(OUTPUT_CACHE, "output-cache", name, ns[name]))
     for name in ("_", "__", "___"):
         if name in ns:

@@ -36,10 +36,11 @@ from .report import (
     live_status,
 )
 from .sampler import Sampler
-from .scan import Budget, Root, scan_roots
+from .scan.results import Budget, Root
+from .scan.scanner import scan_roots
 from .step_requests import StepRequests
 from .step_sampling import StepSamplingPolicy
-from .leaks import baseline_of, suspects_from_scan
+from .suspects import baseline_of, suspects_from_scan
 from .timeline import NAN, Timeline
 from .verdict import Diagnosis
 

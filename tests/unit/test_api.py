@@ -1,8 +1,10 @@
 """The public surface and the import-time contract (no torch, no IPython, no work at import)."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torchmem_magic
 

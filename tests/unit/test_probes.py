@@ -248,8 +248,10 @@ def test_the_tree_probe_records_how_an_announced_worker_ended() -> None:
         worker.send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 10
         while worker.pid not in probe.worker_exits and time.monotonic() < deadline:
-            probe.read()
+            probe.read()  # sees the worker disappear
             time.sleep(0.02)
+        while len(probe.check_worker_exits()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)  # the other one may still be starting up
         exits = {e.pid: e for e in probe.check_worker_exits()}
         assert exits[worker.pid].signal_name == "Killed" and exits[worker.pid].abnormal
         assert exits[finished.pid] == WorkerExit(finished.pid, None, 0) and not exits[finished.pid].abnormal

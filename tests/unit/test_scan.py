@@ -12,9 +12,12 @@ import weakref
 import pytest
 import torch
 
-from torchmem_magic import memcheck
+from torchmem_magic import MemcheckResult, MemwatchSession, memcheck
 from torchmem_magic.probes.heap import HeapProbe
-from torchmem_magic.scan import Budget, Root, pretty_path, scan_roots
+from torchmem_magic.scan.introspect import is_ours
+from torchmem_magic.scan.paths import pretty_path
+from torchmem_magic.scan.results import Budget, Root
+from torchmem_magic.scan.scanner import scan_roots
 
 HEAP = HeapProbe()
 needs_heap = pytest.mark.skipif(not HEAP.available, reason="no heap counters here")
@@ -95,6 +98,40 @@ def test_paths_through_containers_objects_and_modules() -> None:
         "ns['metrics']['val'][0]", "ns['logger'].inputs", "ns['slots'].tensor", "ns['point'].y",
         "ns['deque'][0]", "ns['closure'].__defaults__[0]", "ns['model'][0].weight",
     } <= paths
+
+
+class HashableHolder:
+    def __init__(self, payload: torch.Tensor) -> None:
+        self.payload = payload
+
+
+def test_paths_through_mapping_keys_and_sets() -> None:
+    holder = {
+        "exact": {HashableHolder(torch.ones(1)): 1, torch.ones(2): "a tensor as key"},
+        "ordered": collections.OrderedDict([(HashableHolder(torch.ones(3)), 2)]),
+        "set": {HashableHolder(torch.ones(4))},
+    }
+    paths = {f.path for f in memcheck(holder, name="ns").findings}
+    assert paths == {
+        "ns['exact'].keys()[<HashableHolder>].payload", "ns['exact'].keys()[<Tensor>]",
+        "ns['ordered'].keys()[<HashableHolder>].payload", "ns['set']{…}.payload",
+    }
+
+
+def test_budget_is_frozen_so_shared_budgets_cannot_drift() -> None:
+    budget = Budget(time_s=0.3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        budget.time_s = 5.0  # type: ignore[misc]
+    assert budget.time_s == 0.3 and Budget().graph_node_cap == 20_000
+    assert dataclasses.replace(budget, max_depth=3) == Budget(time_s=0.3, max_depth=3)
+
+
+def test_this_packages_objects_are_skipped_and_users_are_not() -> None:
+    assert is_ours(MemwatchSession) and is_ours(MemcheckResult) and is_ours(Root)
+    assert not is_ours(Batch) and not is_ours(torch.nn.Linear)
+    t = torch.ones(3)
+    result = memcheck([Root("t", "user", "t", t), t], name="both")
+    assert [f.path for f in result.findings] == ["both[1]"]
 
 
 def test_hostile_objects_are_never_called() -> None:

@@ -13,7 +13,7 @@ import re
 from .fixes import SourceFix, fix_accumulate, fix_append, fix_carry_over
 from .model import Suspect
 from .results import MemcheckResult
-from .scan import RootStats, ScanResult
+from .scan.results import NODE_BYTES, RootStats, ScanResult
 
 MIB = 1 << 20
 CHAIN_NODES = 100  # one tensor with this many graph nodes is a chain growing step by step
@@ -128,7 +128,7 @@ def _advice(stats: list[RootStats], suspects: list[Suspect]) -> list[str]:
     if freed and not sum(s.saved_live for s in stats):
         advice.append(
             f"the graphs' saved activations were already freed by backward ({freed} saved tensors): "
-            "what stays is the graph nodes themselves, ~700 B each"
+            f"what stays is the graph nodes themselves, ~{NODE_BYTES} B each"
         )
     return advice
 

@@ -1,0 +1,271 @@
+"""How the scan reads objects without running their code: each object's category and its children.
+
+This is the only module that looks inside user objects, and it does so only through C-level
+accessors chosen by the object's *type*: the base-class methods of list/tuple/deque/dict/set, the
+instance-dict and slot descriptors, closure cells, frame locals, traceback and exception fields.
+It never calls properties, `__getattr__`, or a user class' `__len__`/`__iter__`/`__eq__`/`__hash__`
+(the traversal keeps ids in its visited set, not objects). Tensors, torch's own C++ objects, are
+read through torch's methods while tensor subclasses' `__torch_function__` is disabled.
+"""
+
+from __future__ import annotations
+
+import types
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+# Categories: what the traversal does with an object of a type.
+ATOMIC = "atomic"  # holds nothing: not visited
+SKIP = "skip"  # types, modules, descriptors, this package's objects: not visited
+TENSOR = "tensor"
+SEQUENCE = "sequence"
+MAPPING = "mapping"
+SET = "set"
+FUNCTION = "function"
+METHOD = "method"
+CELL = "cell"
+FRAME = "frame"
+TRACEBACK = "traceback"
+GENERATOR = "generator"
+EXCEPTION = "exception"
+OBJECT = "object"
+
+# How a child is reached from its parent; the token says which one (paths.py spells it out).
+INDEX = "index"  # token: the position, `[3]`
+KEY = "key"  # token: the mapping key, `['val']`
+ATTR = "attr"  # token: the attribute name, `.weight`
+KEY_OBJECT = "key-object"  # token: the key itself, reached as `.keys()[...]`
+SUFFIX = "suffix"  # token: the literal text to append
+
+Child = tuple[Any, str, Any]  # (child, how it is reached, token)
+StorageKey = tuple[object, ...]  # identifies a tensor's storage, so views count once
+
+ATOMIC_TYPES = (int, float, complex, bool, str, bytes, bytearray, type(None), range, slice, type(Ellipsis))
+ATOMIC_EXACT = frozenset({int, float, complex, bool, str, bytes, type(None)})  # for C-level `issuperset` checks
+_ATOMIC_OR_SEQUENCE = ATOMIC_EXACT | {tuple, list}
+_SKIP_TYPES: tuple[type, ...] = (
+    type, types.ModuleType, types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType,
+    types.MethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType, types.CodeType,
+    property, classmethod, staticmethod, memoryview,
+)
+_GENERATOR_TYPES = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+_PACKAGE = __name__.partition(".")[0]  # torchmem_magic, not this subpackage
+
+# The C-level getters, taken from the defining type's own __dict__, so no subclass can replace them.
+type_name: Callable[[type], str] = type.__dict__["__name__"].__get__
+type_dict: Callable[[type], Mapping[str, Any]] = type.__dict__["__dict__"].__get__
+_type_mro: Callable[[type], tuple[type, ...]] = type.__dict__["__mro__"].__get__
+_function_closure: Callable[[Any], tuple[Any, ...] | None] = types.FunctionType.__dict__["__closure__"].__get__
+_function_defaults: Callable[[Any], tuple[Any, ...] | None] = types.FunctionType.__dict__["__defaults__"].__get__
+_method_self: Callable[[Any], Any] = types.MethodType.__dict__["__self__"].__get__
+_method_func: Callable[[Any], Any] = types.MethodType.__dict__["__func__"].__get__
+_cell_contents: Callable[[Any], Any] = types.CellType.__dict__["cell_contents"].__get__
+_frame_locals: Callable[[Any], Any] = types.FrameType.__dict__["f_locals"].__get__
+_frame_globals: Callable[[Any], Any] = types.FrameType.__dict__["f_globals"].__get__
+_frame_code: Callable[[Any], types.CodeType] = types.FrameType.__dict__["f_code"].__get__
+_code_name: Callable[[types.CodeType], str] = types.CodeType.__dict__["co_name"].__get__
+_tb_frame: Callable[[Any], Any] = types.TracebackType.__dict__["tb_frame"].__get__
+_tb_next: Callable[[Any], Any] = types.TracebackType.__dict__["tb_next"].__get__
+_EXCEPTION_FIELDS = ("__traceback__", "__context__", "__cause__", "args")
+_exception_getters: dict[str, Callable[[Any], Any]] = {
+    name: BaseException.__dict__[name].__get__ for name in _EXCEPTION_FIELDS
+}
+_GENERATOR_FRAMES: dict[type, str] = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame"}
+
+
+def lookup_in_type(cls: type, name: str) -> Any:
+    """`name` as the class attribute lookup would find it, read from each class' own __dict__."""
+    for klass in _type_mro(cls):
+        value = type_dict(klass).get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def is_ours(cls: type) -> bool:
+    """This package's own objects (a session bound by `with memwatch() as w`, a report): they hold no
+    user memory, but a session's root provider reaches the whole namespace, which would be blamed on it."""
+    module = type_dict(cls).get("__module__")
+    return type(module) is str and (module == _PACKAGE or module.startswith(f"{_PACKAGE}."))
+
+
+class TypeCategories:
+    """The category of each type, decided once per type: a scan meets the same few types millions of
+    times, so the traversal reads `known` directly and calls `of()` only for a type not seen yet."""
+
+    def __init__(self, torch: Any) -> None:
+        self.known: dict[type, str] = {}
+        self._torch = torch  # None when torch was never imported: then nothing is a tensor
+
+    def of(self, cls: type) -> str:
+        cached = self.known.get(cls)
+        if cached is not None:
+            return cached
+        category = self._decide(cls)
+        self.known[cls] = category
+        return category
+
+    def _decide(self, cls: type) -> str:
+        torch = self._torch
+        if issubclass(cls, ATOMIC_TYPES):
+            return ATOMIC
+        if torch is not None and issubclass(cls, torch.Tensor):
+            return TENSOR
+        if issubclass(cls, _SKIP_TYPES) or (
+            type_dict(cls).get("__module__") == "numpy" and type_name(cls) == "ndarray"
+        ) or is_ours(cls):
+            return SKIP
+        if issubclass(cls, (list, tuple, deque)):
+            return SEQUENCE
+        if issubclass(cls, dict):
+            return MAPPING
+        if issubclass(cls, (set, frozenset)):
+            return SET
+        if issubclass(cls, types.FunctionType):
+            return FUNCTION
+        if issubclass(cls, types.MethodType):
+            return METHOD
+        if issubclass(cls, types.CellType):
+            return CELL
+        if issubclass(cls, types.FrameType):
+            return FRAME
+        if issubclass(cls, types.TracebackType):
+            return TRACEBACK
+        if issubclass(cls, _GENERATOR_TYPES):
+            return GENERATOR
+        if issubclass(cls, BaseException):
+            return EXCEPTION
+        if torch is not None and issubclass(cls, (torch.dtype, torch.device, torch.Size)):
+            return ATOMIC
+        return OBJECT
+
+
+def plain_data_containers(obj: Any, cls: type) -> int:
+    """How many containers `obj` is if it is an exact list/tuple/dict of numbers and strings, at most
+    one level nested (a dataset record), else 0. C-level type checks only: such data holds no tensor."""
+    if cls is tuple or cls is list:
+        values: Any = obj
+    elif cls is dict:
+        if not ATOMIC_EXACT.issuperset(map(type, obj)):
+            return 0
+        values = obj.values()
+    else:
+        return 0
+    value_types = set(map(type, values))
+    if value_types <= ATOMIC_EXACT:
+        return 1
+    if len(obj) > 64 or not value_types <= _ATOMIC_OR_SEQUENCE:
+        return 0
+    containers = 1
+    for value in values:
+        value_type = type(value)
+        if value_type is tuple or value_type is list:
+            if not ATOMIC_EXACT.issuperset(map(type, value)):
+                return 0
+            containers += 1
+    return containers
+
+
+def children(obj: Any, category: str) -> Iterator[Child]:
+    """The objects `obj` references, each with how it is reached, in the order a user would list them."""
+    if category == SEQUENCE:
+        cls = type(obj)
+        sequence_base: Any = list if issubclass(cls, list) else tuple if issubclass(cls, tuple) else deque
+        fields = lookup_in_type(cls, "_fields") if sequence_base is tuple else None
+        if isinstance(fields, tuple) and all(type(f) is str for f in fields):  # a namedtuple
+            for name, item in zip(fields, sequence_base.__iter__(obj)):
+                yield item, ATTR, name
+        else:
+            for i, item in enumerate(sequence_base.__iter__(obj)):
+                yield item, INDEX, i
+    elif category == MAPPING:
+        for key, value in dict.items(obj):
+            yield value, KEY, key
+            if type(key) not in ATOMIC_TYPES:
+                yield key, KEY_OBJECT, key
+    elif category == SET:
+        set_base: Any = set if issubclass(type(obj), set) else frozenset
+        for item in set_base.__iter__(obj):
+            yield item, SUFFIX, "{…}"
+    elif category == FUNCTION:
+        for i, cell in enumerate(_function_closure(obj) or ()):
+            try:
+                yield _cell_contents(cell), SUFFIX, f".__closure__[{i}]"
+            except ValueError:  # empty cell
+                pass
+        for i, value in enumerate(_function_defaults(obj) or ()):
+            yield value, SUFFIX, f".__defaults__[{i}]"
+    elif category == METHOD:
+        yield _method_self(obj), ATTR, "__self__"
+        yield _method_func(obj), ATTR, "__func__"
+    elif category == CELL:
+        try:
+            yield _cell_contents(obj), ATTR, "cell_contents"
+        except ValueError:
+            pass
+    elif category == FRAME:
+        for name, value in _function_locals(obj):
+            yield value, SUFFIX, f".f_locals[{name!r}]"
+    elif category == TRACEBACK:
+        frame = _tb_frame(obj)
+        code_name = _code_name(_frame_code(frame))
+        for name, value in _function_locals(frame):
+            yield value, SUFFIX, f"<frame {code_name}>.f_locals[{name!r}]"
+        following = _tb_next(obj)
+        if following is not None:
+            yield following, ATTR, "tb_next"
+    elif category == GENERATOR:
+        frame_attr = _GENERATOR_FRAMES.get(type(obj), "ag_frame")
+        frame = lookup_in_type(type(obj), frame_attr).__get__(obj)
+        if frame is not None:
+            for name, value in dict.items(_frame_locals(frame)):
+                yield value, SUFFIX, f".{frame_attr}.f_locals[{name!r}]"
+    elif category == EXCEPTION:
+        for attr in _EXCEPTION_FIELDS:
+            value = _exception_getters[attr](obj)
+            if value is not None:
+                yield value, ATTR, attr
+        yield from _object_children(obj)
+    elif category == OBJECT:
+        yield from _object_children(obj)
+
+
+def _object_children(obj: Any) -> Iterator[Child]:
+    """An instance's attributes: its instance dict through the C getter, then its set slots."""
+    cls = type(obj)
+    descriptor = lookup_in_type(cls, "__dict__")
+    if type(descriptor) is types.GetSetDescriptorType:  # the C instance-dict getter, nothing else
+        instance_dict = descriptor.__get__(obj)
+        if type(instance_dict) is dict:
+            for name, value in dict.items(instance_dict):
+                yield value, (ATTR if type(name) is str else KEY), name
+    for klass in _type_mro(cls):
+        slots = type_dict(klass).get("__slots__")
+        if slots is None:
+            continue
+        for slot in (slots,) if type(slots) is str else slots:
+            member = type_dict(klass).get(slot)
+            if type(member) is types.MemberDescriptorType:
+                try:
+                    yield member.__get__(obj), ATTR, slot
+                except AttributeError:  # unset slot
+                    pass
+
+
+def _function_locals(frame: Any) -> list[tuple[str, Any]]:
+    """A frame's locals; none for module-level frames, whose locals are the namespace scanned anyway."""
+    local_vars = _frame_locals(frame)
+    if type(local_vars) is not dict or local_vars is _frame_globals(frame):
+        return []
+    return list(dict.items(local_vars))
+
+
+def tensor_storage(t: Any) -> tuple[StorageKey, int]:
+    """The key of the storage behind `t` (views of one storage share it) and the storage's bytes."""
+    try:
+        storage = t.untyped_storage()
+        data_ptr = storage.data_ptr()
+        return (str(t.device), data_ptr, id(storage) if data_ptr == 0 else 0), int(storage.nbytes())
+    except Exception:  # sparse, nested or otherwise storage-less tensors
+        return ("nostorage", id(t)), int(t.numel() * t.element_size())

@@ -1,0 +1,81 @@
+"""What a scan takes and what it returns: plain data, no walker code (suspects.py needs only this)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import TensorFinding
+
+# A retained autograd node costs ~600-800 B of heap: deleting retained graphs gives back about this
+# much per node on top of their tensors (the kernel tests check retained bytes against it, ±15%).
+NODE_BYTES = 700
+
+
+@dataclass(frozen=True)
+class Root:
+    """A starting point: `name` groups results (a user variable, "Out", "sys.last_traceback")."""
+
+    name: str
+    kind: str  # "user", "output-cache" or "traceback"
+    path: str  # how to write the object in code: "history", "Out[5]", "sys.last_value"
+    obj: Any = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one scan. A stop on any of them is reported, never silent.
+
+    Frozen: budgets are module-level constants shared by every scan that uses them.
+    """
+
+    time_s: float = 1.0
+    max_objects: int = 500_000
+    max_objects_per_root: int = 200_000
+    max_depth: int = 24
+    graph_node_cap: int = 20_000  # per root; why there is a cap at all: see autograd.py
+    max_findings: int = 1_000
+    max_children: int = 10_000  # non-tensor children taken from one container
+
+
+@dataclass
+class RootStats:
+    """What one named root keeps alive (a suspect candidate)."""
+
+    name: str
+    kind: str
+    path: str
+    holder_type: str  # the root object's type name
+    tensors: int = 0
+    tensor_bytes: int = 0  # storages first counted here (deduplicated across all roots)
+    scalar_tensors: int = 0
+    graph_tensors: int = 0  # tensors with a grad_fn
+    graph_nodes: int = 0
+    saved_bytes: int = 0  # activations kept only through those graphs
+    saved_live: int = 0  # saved tensors still held (no backward ran)
+    saved_freed: int = 0  # saved tensors already freed by backward
+    graph_estimated: bool = False  # node cap or time hit: figures extrapolated
+    truncated: bool = False  # object traversal stopped early (depth/objects/time)
+    objects: int = 0
+    first_tensor_path: str | None = None
+    graph_paths: list[str] = field(default_factory=list)  # a few paths of graph-holding tensors
+
+    @property
+    def retained_bytes(self) -> int:
+        """What deleting this root would free: its tensors, what only its graphs save, the nodes."""
+        return self.tensor_bytes + self.saved_bytes + self.graph_nodes * NODE_BYTES
+
+
+@dataclass
+class ScanResult:
+    """A finished scan: numbers and paths only, no reference to anything scanned."""
+
+    roots: list[RootStats]
+    findings: list[TensorFinding]
+    findings_truncated: bool
+    devices: list[str]
+    objects: int
+    skipped: int  # objects whose introspection raised
+    truncated: bool
+    elapsed_s: float
+    notes: list[str]

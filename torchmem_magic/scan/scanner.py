@@ -1,0 +1,231 @@
+"""The traversal from a scan's roots to every tensor they reach, then the walk of their graphs.
+
+Depth-first from each root, bounded in depth, objects per root and in all, children per container
+and time; a stop on any bound sets `truncated`. The inner loops are tuned for namespaces of millions
+of objects: builtin containers are iterated at C level, each type's category is cached, plain-data
+records are counted without being visited, and paths stay lazy until a tensor is found.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from itertools import count, repeat
+from typing import Any
+
+from ..model import TensorFinding
+from .autograd import GraphWalker, ReachedTensor
+from .introspect import (
+    ATOMIC,
+    ATOMIC_EXACT,
+    ATTR,
+    INDEX,
+    KEY,
+    KEY_OBJECT,
+    MAPPING,
+    SEQUENCE,
+    SKIP,
+    TENSOR,
+    StorageKey,
+    TypeCategories,
+    children,
+    plain_data_containers,
+    tensor_storage,
+    type_name,
+)
+from .paths import LazyPath, path_text, pretty_path
+from .results import NODE_BYTES, Budget, Root, RootStats, ScanResult
+
+# A tensor reachable from several names is counted for the first: user names before IPython's caches.
+_KIND_ORDER = {"user": 0, "output-cache": 1, "traceback": 2}
+
+
+def scan_roots(roots: list[Root], budget: Budget | None = None) -> ScanResult:
+    """Scan `roots` within `budget`; returns numbers and paths only (no references)."""
+    return Scanner(budget or Budget()).scan(roots)
+
+
+class Scanner:
+    """One scan over a list of roots. Use `scan_roots()`."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.torch: Any = sys.modules.get("torch")  # never imported here: no torch, no tensors
+        self._categories = TypeCategories(self.torch)
+        self._visited: set[int] = set()
+        self._storages: set[StorageKey] = set()  # storages counted so far, so each counts once
+        self._tensors: list[ReachedTensor] = []
+        self._devices: set[str] = set()
+        self.objects = 0  # visited one by one (what the object budget limits)
+        self.plain_objects = 0  # plain-data containers counted in bulk
+        self.skipped = 0
+        self.truncated = False
+        self.notes: list[str] = []
+        self._deadline = 0.0
+
+    def scan(self, roots: list[Root]) -> ScanResult:
+        if self.torch is None:
+            return self._scan(roots)
+        with self.torch._C.DisableTorchFunctionSubclass():  # no tensor subclass' Python code runs
+            return self._scan(roots)
+
+    def _scan(self, roots: list[Root]) -> ScanResult:
+        started = time.perf_counter()
+        self._deadline = started + self.budget.time_s
+        stats_by_name: dict[str, RootStats] = {}
+        # containers before bare tensors (the `loss` of the last step also sits in `history`)
+        roots = sorted(roots, key=lambda r: (_KIND_ORDER.get(r.kind, 3), self._categories.of(type(r.obj)) == TENSOR))
+        for root in roots:
+            stats = stats_by_name.get(root.name)
+            if stats is None:
+                holder = type_name(type(root.obj))
+                stats = stats_by_name[root.name] = RootStats(root.name, root.kind, root.path, holder)
+            self._traverse(root, stats)
+        # after all roots are traversed: saved tensors reachable directly are not "kept by the graph"
+        by_root: dict[str, list[ReachedTensor]] = {}
+        for entry in self._tensors:
+            by_root.setdefault(entry.root.name, []).append(entry)
+        walker = GraphWalker(self.torch, self.budget.graph_node_cap, self._deadline, self._storages)
+        walker.walk([(stats_by_name[name], entries) for name, entries in by_root.items()])
+        result = ScanResult(
+            roots=sorted(stats_by_name.values(), key=lambda s: -s.retained_bytes),
+            findings=self._findings(),
+            findings_truncated=len(self._tensors) > self.budget.max_findings,
+            devices=sorted(self._devices),
+            objects=self.objects + self.plain_objects,
+            skipped=self.skipped + walker.skipped,
+            truncated=self.truncated,
+            elapsed_s=time.perf_counter() - started,
+            notes=self.notes,
+        )
+        # drop every reference to user objects and autograd nodes
+        walker.release()
+        self._tensors.clear()
+        self._visited.clear()
+        return result
+
+    def _traverse(self, root: Root, stats: RootStats) -> None:
+        budget = self.budget
+        stack: list[tuple[Any, LazyPath, int]] = [(root.obj, root.path, 0)]
+        categories = self._categories.known
+        category_of = self._categories.of
+        visited = self._visited
+        torch = self.torch
+        # C-level getters; only tensors use them, and there are none without torch
+        tensor_grad: Any = torch._C.TensorBase.grad.__get__ if torch is not None else None
+        tensor_is_leaf: Any = torch._C.TensorBase.is_leaf.__get__ if torch is not None else None
+        while stack:
+            obj, path, depth = stack.pop()
+            oid = id(obj)
+            if oid in visited:
+                continue
+            category = categories.get(type(obj)) or category_of(type(obj))
+            if category is ATOMIC or category is SKIP:
+                continue
+            visited.add(oid)
+            self.objects += 1
+            stats.objects += 1
+            if stats.objects > budget.max_objects_per_root or self.objects > budget.max_objects or (
+                stats.objects % 1024 == 0 and time.perf_counter() > self._deadline
+            ):
+                stats.truncated = self.truncated = True
+                return
+            try:
+                if category == TENSOR:
+                    self._record_tensor(obj, path, stats)
+                    grad = tensor_grad(obj) if tensor_is_leaf(obj) else None
+                    if grad is not None:
+                        stack.append((grad, (path, ATTR, "grad"), depth + 1))
+                    continue
+                if depth >= budget.max_depth:
+                    stats.truncated = self.truncated = True
+                    continue
+                stack.extend(reversed(self._expandable_children(obj, category, path, depth + 1, stats)))
+            except Exception:  # introspection of this object failed: skip it, count it
+                self.skipped += 1
+
+    def _expandable_children(
+        self, obj: Any, category: str, path: LazyPath, depth: int, stats: RootStats
+    ) -> list[tuple[Any, LazyPath, int]]:
+        """Children worth visiting, in order. Past `max_children` non-tensor children of one container,
+        only tensors are still taken, so one huge container cannot starve its siblings. Builtin
+        containers of plain data (a record `{"id": 3, "tags": (3, 7)}`) are counted here, not visited."""
+        out: list[tuple[Any, LazyPath, int]] = []
+        others = 0
+        limit = self.budget.max_children
+        categories = self._categories.known
+        category_of = self._categories.of
+        visited = self._visited
+        cls = type(obj)
+        if cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
+            items: Any = zip(obj, repeat(INDEX), count())
+        elif cls is dict:
+            items = zip(obj.values(), repeat(KEY), obj.keys())
+            if not ATOMIC_EXACT.issuperset(map(type, obj)):
+                for key in obj:
+                    if type(key) not in ATOMIC_EXACT and id(key) not in visited:  # e.g. optimizer state
+                        out.append((key, (path, KEY_OBJECT, key), depth))
+        else:
+            items = children(obj, category)
+        plain_objects = 0
+        for i, (child, how, token) in enumerate(items):
+            child_type = type(child)
+            child_category = categories.get(child_type) or category_of(child_type)
+            if child_category is ATOMIC or child_category is SKIP:
+                continue
+            if child_category is SEQUENCE or child_category is MAPPING:
+                plain = plain_data_containers(child, child_type)
+                if plain:  # holds no tensor: counted (again, if reached twice), never visited
+                    plain_objects += plain
+                    continue
+            if id(child) in visited:
+                continue
+            if child_category is not TENSOR:
+                others += 1
+                if others > limit:
+                    if others == limit + 1:
+                        stats.truncated = self.truncated = True
+                        self.notes.append(f"{path_text(path)}: only its first {limit:,} non-tensor items were scanned")
+                    continue
+            out.append((child, (path, how, token), depth))
+            if i % 65536 == 65535 and time.perf_counter() > self._deadline:
+                stats.truncated = self.truncated = True
+                break
+        self.plain_objects += plain_objects  # cheap: not held against the object budget
+        return out
+
+    def _record_tensor(self, t: Any, lazy_path: LazyPath, root: RootStats) -> None:
+        path = pretty_path(path_text(lazy_path))
+        key, nbytes = tensor_storage(t)
+        counted = key not in self._storages
+        self._storages.add(key)
+        self._devices.add(str(t.device))
+        root.tensors += 1
+        if counted:
+            root.tensor_bytes += nbytes
+        if root.first_tensor_path is None:
+            root.first_tensor_path = path
+        if t.numel() == 1:
+            root.scalar_tensors += 1
+        self._tensors.append(ReachedTensor(path, root, t, nbytes, counted))
+
+    def _findings(self) -> list[TensorFinding]:
+        out = []
+        for entry in self._tensors[: self.budget.max_findings]:
+            t = entry.tensor
+            grad_fn = t.grad_fn
+            nbytes = entry.nbytes if entry.counted else 0
+            out.append(
+                TensorFinding(
+                    path=entry.path,
+                    shape=tuple(int(s) for s in t.shape),
+                    dtype=str(t.dtype).removeprefix("torch."),
+                    device=str(t.device),
+                    bytes=nbytes,
+                    requires_grad=bool(t.requires_grad),
+                    grad_fn=None if grad_fn is None else type_name(type(grad_fn)),
+                    graph_nodes=entry.graph_nodes,
+                    retained_bytes=nbytes + entry.graph_saved_bytes + entry.graph_nodes * NODE_BYTES,
+                )
+            )
+        return out
