@@ -1,7 +1,7 @@
 # Everything runs in a local virtual environment that these targets create on first use.
 #   make lab    set up, then open the teaching notebook in JupyterLab
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
-#   make test   set up, then run the whole test suite (what .ci/run calls)
+#   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls)
 #   make bench  set up, then run the benchmarks and rewrite their table in README.md
 PYTHON ?= python3
 VENV ?= .venv
@@ -32,6 +32,7 @@ browser-deps:
 	tools/ensure_chromium.sh
 
 test: setup browser-deps
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
 
 bench: setup

@@ -3,7 +3,7 @@
 Seed rule A: warn when RSS grew more than 100 MB since the previous step.
 Seed rule B: a snapshot every 50 steps; warn when the mean of the last 5 is 15% above the first 5
 (so it can say nothing before 10 snapshots = 500 steps).
-Ours: torchmem_magic.detect.decide on the step-aligned series (plus the leak finder's evidence for
+Ours: torchmem_magic.verdict.decide on the step-aligned series (plus the leak finder's evidence for
 the real loops, as %%memwatch uses it).
 """
 

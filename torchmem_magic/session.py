@@ -172,7 +172,8 @@ class MemwatchSession:
         row = self._background.read()
         row["t_s"], row["step"] = self._elapsed_s(), float(self.steps)
         self._last_slow = {name: row[name] for name in SLOW_COLUMNS}
-        self._max_workers = max(self._max_workers, int(row["workers"]) if row["workers"] == row["workers"] else 0)
+        if not math.isnan(row["workers"]):
+            self._max_workers = max(self._max_workers, int(row["workers"]))
         return row
 
     def _on_step(self) -> None:

@@ -51,7 +51,7 @@ def kill_a_worker(kernel: Kernel) -> tuple[dict, str]:  # type: ignore[type-arg]
     assert report["error"].split(":")[0] == execution.error["ename"]
     assert report["advice"][0].startswith(
         f"DataLoader worker {victim} died (Killed): neither memory nor /dev/shm was near its limit"
-    )
+    ), report
     return report, execution.error["evalue"]
 
 
@@ -61,7 +61,8 @@ def fill_shm_then_bus_error(kernel: Kernel, shm: Path) -> tuple[dict, str]:  # t
         f"%%memwatch -q --interval 20 --shm-path {shm}\n"
         + TRAIN_WITH_TWO_WORKERS +
         "    if step == 5:\n"
-        f"        open('{shm}/filler', 'wb').write(b'0' * (15 << 20))  # the segments filled it\n"
+        f"        st = os.statvfs('{shm}')  # fill it up to the last 256 KiB, as the segments would\n"
+        f"        open('{shm}/filler', 'wb').write(b'0' * (st.f_bavail * st.f_frsize - (256 << 10)))\n"
         "        time.sleep(0.3)  # a few samples see it full\n"
         "        victim = batches._workers[0].pid\n"
         "        os.kill(victim, signal.SIGBUS)\n",
@@ -70,9 +71,10 @@ def fill_shm_then_bus_error(kernel: Kernel, shm: Path) -> tuple[dict, str]:  # t
     assert execution.status == "error"
     report = kernel.value("torchmem_magic.last_report().to_dict()")
     victim = kernel.value("victim")
-    kernel.ok(f"del batches; os.remove('{shm}/filler')")
+    # the last traceback keeps the dead iterator (and its segments) alive: release it for the next run
+    kernel.ok(f"del batches; torchmem_magic.release_last_exception(); os.remove('{shm}/filler')")
     assert report["shm"]["path"] == str(shm) and report["shm"]["limit"] == 16 << 20
-    assert report["advice"][0].startswith(f"DataLoader worker {victim} died (Bus error): {shm} was 9")
+    assert report["advice"][0].startswith(f"DataLoader worker {victim} died (Bus error): {shm} was 9"), report
     assert "--shm-size" in report["advice"][1]
     return report, execution.error["evalue"]
 
