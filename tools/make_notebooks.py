@@ -46,9 +46,8 @@ QUICKSTART = [
         "## A clean loop\n"
         "Losses are logged with `.item()`, validation runs under `torch.no_grad()`. After the optimizer's first "
         "step (Adam allocates its state then) the curves stay flat. Toggle the x axis between time and "
-        "optimizer steps above the figure. Dashed lines mark each new DataLoader iterator: here every "
-        "training epoch and every validation pass, which is why the report counts twice as many \"epochs\" "
-        "as the loop has."
+        "optimizer steps above the figure. Dashed lines mark each training epoch: a pass of the loader whose "
+        "batches carry the optimizer steps (the validation pass inside each epoch is not another epoch)."
     ),
     new_code_cell(
         "%%memwatch\n"

@@ -1,26 +1,49 @@
-"""Step and epoch markers without touching user code.
+"""Step clocks and epoch markers without touching user code.
 
-* every optimizer step: torch's global optimizer step post-hook (all optimizers, also ones created
-  before the hook; an optimizer that never calls `Optimizer.__init__` is missed);
-* every epoch: a class-level wrap of `DataLoader.__iter__` (fires once per new iterator, also with
-  persistent workers and subclasses), which also reports the worker PIDs.
+Every loop has some notion of a step; these hooks see four, in order of preference:
 
-`TrainingHooks` is a context manager that always removes what it installed. Callbacks run inside
-the user's training loop, so their exceptions are counted, never raised into it.
+* optimizer steps: torch's global optimizer step post-hook (every optimizer that calls
+  `Optimizer.__init__`, also ones created before the hook);
+* backward passes: a wrap of `torch.autograd._engine_run_backward`, which `loss.backward()`,
+  `torch.autograd.backward` and `torch.autograd.grad` all go through;
+* DataLoader batches: a class-level wrap of the loader iterators' `__next__`;
+* forward calls of the outermost `nn.Module`: global forward hooks that count a call only when no
+  other module's forward is running. They slow every module call a little, so they are removed as
+  soon as a backward pass or an optimizer step shows a better clock.
+
+A class-level wrap of `DataLoader.__iter__` marks each pass of a loader (an epoch, once the session
+knows which loader carries the steps) and reports the worker processes.
+
+`TrainingHooks` always removes what it installed. Callbacks run inside the user's loop, so their
+exceptions are counted, never raised into it, except a DataLoader worker's death (the user's error).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from .forensics import parse_worker_death
 from .probes.base import ErrorCount
 
+StepClock = Literal["optimizer", "backward", "batch", "forward"]
+WRAPPER_MARK = "__torchmem_magic_wrapper__"
+
+
+@dataclass(frozen=True)
+class LoaderPass:
+    """A new iterator over a DataLoader: one pass of it (an epoch when it is the training loader)."""
+
+    loader: int  # the loader's number in this run (1, 2, ...): train and validation loaders differ
+    workers: list[tuple[int, Any]]  # (pid, multiprocessing.Process) of its worker processes
+    batches: int | None  # batches in the pass (None for iterable datasets without a length)
+
 
 def _length(iterator: Any) -> int | None:
-    """Batches in this pass (None for iterable-style datasets without a length)."""
     try:
         return int(len(iterator))
     except Exception:
@@ -38,17 +61,40 @@ def _workers(iterator: Any) -> list[tuple[int, Any]]:
     return workers
 
 
-class TrainingHooks:
-    """Installs the step and epoch hooks; `remove()` (or leaving the `with`) restores everything."""
+class _Patch:
+    """One attribute replaced by a wrapper, put back on removal. If someone wrapped our wrapper
+    meanwhile, theirs stays and ours turns inert (the wrapper checks `TrainingHooks.active`)."""
 
-    def __init__(
-        self, on_step: Callable[[], None], on_epoch: Callable[[list[tuple[int, Any]], int | None], None]
-    ) -> None:
-        self._on_step = on_step
-        self._on_epoch = on_epoch
-        self._step_handle: Any = None
-        self._original_iter: Any = None
-        self._wrapped_iter: Any = None
+    def __init__(self, owner: Any, name: str, make_wrapper: Callable[[Any], Callable[..., Any]]) -> None:
+        self.owner, self.name = owner, name
+        self.original = owner.__dict__[name]
+        self.wrapper = functools.wraps(self.original)(make_wrapper(self.original))
+        setattr(self.wrapper, WRAPPER_MARK, True)
+        setattr(owner, name, self.wrapper)
+
+    def remove(self) -> None:
+        if self.owner.__dict__.get(self.name) is self.wrapper:
+            setattr(self.owner, self.name, self.original)
+
+
+class TrainingHooks:
+    """Installs the clock and epoch hooks; `remove()` (or leaving the `with`) restores everything.
+
+    Args:
+        on_tick: called after each step of any clock, on the thread that made it.
+        on_pass: called when a DataLoader pass starts.
+    """
+
+    def __init__(self, on_tick: Callable[[StepClock], None], on_pass: Callable[[LoaderPass], None]) -> None:
+        self._on_tick = on_tick
+        self._on_pass = on_pass
+        self._handles: list[Any] = []
+        self._forward_handles: list[Any] = []
+        self._patches: list[_Patch] = []
+        self._loader_numbers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._iterator_loaders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._forward_state = threading.local()  # the outermost module whose forward runs, per thread
+        self.current_loader: int | None = None  # the loader whose iterator gave the last batch
         self.active = False
         self.errors = ErrorCount("step/epoch hooks")
 
@@ -60,58 +106,56 @@ class TrainingHooks:
             raise exc
         self.errors.record(exc)
 
-    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+    def _tick(self, clock: StepClock) -> None:
         if not self.active:
             return
         try:
-            fn(*args)
-        except Exception as exc:  # KeyboardInterrupt still propagates
+            self._on_tick(clock)
+        except Exception as exc:  # KeyboardInterrupt (the Stop button) still propagates
             self.absorb_error(exc)
 
+    # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
+        import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook
         from torch.utils.data import DataLoader
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         if self.active:
             raise RuntimeError("hooks are already installed")
         self.active = True
+        try:
+            self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
+            self._patches.append(_Patch(torch.autograd, "_engine_run_backward", self._wrap_backward))
+            self._patches.append(_Patch(DataLoader, "__iter__", self._wrap_iter))
+            self._patches.append(_Patch(_BaseDataLoaderIter, "__next__", self._wrap_next))
+            self._install_forward_hooks()
+        except BaseException:
+            self.remove()
+            raise
 
-        on_step = self._on_step
+    def _install_forward_hooks(self) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        def step_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if self.active:  # inlined rather than _guarded(): this runs on every step
-                try:
-                    on_step()
-                except Exception as exc:
-                    self.absorb_error(exc)
+        self._forward_handles = [
+            register_module_forward_pre_hook(self._before_forward),
+            register_module_forward_hook(self._after_forward, always_call=True),
+        ]
 
-        self._step_handle = register_optimizer_step_post_hook(step_hook)
-
-        original = DataLoader.__dict__["__iter__"]
-        hooks = self
-
-        @functools.wraps(original)
-        def __iter__(loader: Any) -> Any:
-            iterator = original(loader)
-            hooks._guarded(hooks._on_epoch, _workers(iterator), _length(iterator))
-            return iterator
-
-        __iter__.__torchmem_magic_wrapper__ = True  # type: ignore[attr-defined]
-        self._original_iter, self._wrapped_iter = original, __iter__
-        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+    def _remove_forward_hooks(self) -> None:
+        for handle in self._forward_handles:
+            handle.remove()
+        self._forward_handles = []
 
     def remove(self) -> None:
-        """Idempotent. If someone wrapped our wrapper meanwhile, ours stays but turns inert."""
+        """Idempotent; restores every patched attribute and removes every hook."""
         self.active = False
-        if self._step_handle is not None:
-            self._step_handle.remove()
-            self._step_handle = None
-        if self._wrapped_iter is not None:
-            from torch.utils.data import DataLoader
-
-            if DataLoader.__dict__.get("__iter__") is self._wrapped_iter:
-                DataLoader.__iter__ = self._original_iter  # type: ignore[method-assign]
-            self._original_iter = self._wrapped_iter = None
+        self._remove_forward_hooks()
+        for handle in self._handles:
+            handle.remove()
+        for patch in reversed(self._patches):
+            patch.remove()
+        self._handles, self._patches = [], []
 
     def __enter__(self) -> TrainingHooks:
         self.install()
@@ -120,11 +164,79 @@ class TrainingHooks:
     def __exit__(self, *exc: object) -> None:
         self.remove()
 
+    # ------------------------------------------------------------------ the clocks
+    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._forward_handles:
+            self._remove_forward_hooks()
+        self._tick("optimizer")
+
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def run_backward(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if self.active:
+                if self._forward_handles:
+                    self._remove_forward_hooks()
+                self._tick("backward")
+            return result
+
+        return run_backward
+
+    def _before_forward(self, module: Any, args: Any) -> None:
+        local = self._forward_state
+        if getattr(local, "outermost", None) is None:
+            local.outermost = module
+
+    def _after_forward(self, module: Any, args: Any, output: Any) -> None:
+        """Also runs when the forward raised. After a KeyboardInterrupt (which skips it) the stale
+        outermost module is still the next outermost call, so the count heals itself."""
+        local = self._forward_state
+        if getattr(local, "outermost", None) is module:
+            local.outermost = None
+            self._tick("forward")
+
+    # ------------------------------------------------------------------ DataLoader passes and batches
+    def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def __iter__(loader: Any) -> Any:
+            iterator = original(loader)
+            if self.active:
+                try:
+                    number = self._loader_numbers.setdefault(loader, len(self._loader_numbers) + 1)
+                    self._iterator_loaders[iterator] = number
+                    self._on_pass(LoaderPass(number, _workers(iterator), _length(iterator)))
+                except Exception as exc:
+                    self.absorb_error(exc)
+            return iterator
+
+        return __iter__
+
+    def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def __next__(iterator: Any) -> Any:
+            batch = original(iterator)
+            if self.active:
+                self.current_loader = self._iterator_loaders.get(iterator)
+                self._tick("batch")
+            return batch
+
+        return __next__
+
 
 def installed_hook_count() -> int:
     """How many torchmem_magic hooks/patches are live in torch now (tests pin this to 0)."""
+    import torch
+    from torch.nn.modules import module
     from torch.optim.optimizer import _global_optimizer_post_hooks
     from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-    ours = sum(1 for hook in _global_optimizer_post_hooks.values() if "TrainingHooks" in getattr(hook, "__qualname__", ""))
-    return ours + int(getattr(DataLoader.__dict__["__iter__"], "__torchmem_magic_wrapper__", False))
+    hooks = [
+        *_global_optimizer_post_hooks.values(),
+        *module._global_forward_pre_hooks.values(),
+        *module._global_forward_hooks.values(),
+    ]
+    ours = sum(1 for hook in hooks if getattr(hook, "__self__", None).__class__ is TrainingHooks)
+    patched = (
+        torch.autograd.__dict__["_engine_run_backward"],
+        DataLoader.__dict__["__iter__"],
+        _BaseDataLoaderIter.__dict__["__next__"],
+    )
+    return ours + sum(1 for fn in patched if getattr(fn, WRAPPER_MARK, False))

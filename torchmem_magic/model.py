@@ -10,12 +10,16 @@ display themselves, are the subclasses in `results.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2  # 2 added the step clock (version-1 readers keep working: nothing removed)
+MEMCHECK_SCHEMA_VERSION = 1
 
 Status = Literal["ok", "error", "interrupted"]
 VerdictName = Literal["leak", "suspect", "clean", "unknown"]
+#: what one "step" is in a report: the best clock the loop had, in this order; "time" (seconds) when none ticked
+Clock = Literal["optimizer", "backward", "batch", "forward", "time"]
+STEP_CLOCKS: tuple[Clock, ...] = ("optimizer", "backward", "batch", "forward")
 
 
 def _key(name: str, metadata: Any) -> str | None:
@@ -48,9 +52,11 @@ class _VersionedSchemaDict(_SchemaDict):
     """A top-level result's `to_dict()`: the schema version first, so readers of saved data can tell
     which layout they hold."""
 
+    schema_version: ClassVar[int]
+
     def to_dict(self) -> dict[str, Any]:
-        """`{"schema": 1, ...}` followed by one key per field, as plain JSON-serialisable data."""
-        return {"schema": SCHEMA_VERSION, **super().to_dict()}
+        """`{"schema": N, ...}` followed by one key per field, as plain JSON-serialisable data."""
+        return {"schema": self.schema_version, **super().to_dict()}
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,9 @@ class Suspect(_SchemaDict):
     retained_bytes: int = field(metadata={"key": "retained_bytes"})
     new_in_cell: bool
     fix: str
+    growth_per_step: float | None = None  # bytes a step this holder grew by over the run
+    series: tuple[tuple[int, int], ...] = ()  # (step, retained bytes) at each scan of the run
+    first_seen_step: int | None = None  # 0 when it held memory before the cell started
 
 
 @dataclass(frozen=True)
@@ -182,6 +191,8 @@ class MemcheckData(_VersionedSchemaDict):
     suspects: tuple[Suspect, ...] = ()  # whole-namespace checks: per-name holders, largest first
     elapsed_s: float = 0.0
 
+    schema_version: ClassVar[int] = MEMCHECK_SCHEMA_VERSION
+
 
 @dataclass(frozen=True)
 class ReportData(_VersionedSchemaDict):
@@ -192,7 +203,10 @@ class ReportData(_VersionedSchemaDict):
         wall_s: seconds the body ran.
         samples: background samples taken (the step-aligned ones are extra).
         interval_s: the background sampling period.
-        steps / epochs: optimizer steps and DataLoader iterators started while it ran.
+        clock: what one step is: "optimizer" steps, "backward" passes, DataLoader "batch"es,
+            outermost "forward" calls, or "time" (then rates are per second).
+        steps: steps of that clock; `optimizer_steps` counts optimizer steps whatever the clock.
+        epochs: passes of the loader that carries the steps (a validation pass inside is not one).
         timeline: the bounded sampled series (not part of `to_dict()`), for plotting afterwards.
     """
 
@@ -218,7 +232,15 @@ class ReportData(_VersionedSchemaDict):
     per_step_error_bytes: float | None = None  # uncertainty of the leaking resource's per-step growth
     sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each sporadic jump lies in
     source_errors: tuple[SourceErrors, ...] = field(default=(), metadata={"key": "errors"})  # sources that failed
+    clock: Clock = "optimizer"
+    optimizer_steps: int = 0
+    per_epoch_bytes: float | None = None  # a per-epoch leak's growth per epoch of the training loader
+    live_suspects_at_step: int | None = None  # first step a holder was named while the cell ran
+    ranks: tuple[Any, ...] | None = None  # per-rank reports of a multi-process run; None: one process
+    worst_rank: int | None = None
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
+
+    schema_version: ClassVar[int] = REPORT_SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -238,6 +260,7 @@ class LiveStatus:
     heap_per_step: float | None
     vram_per_step: float | None
     verdict: str | None = None  # the verdict as it forms, once the run has enough steps for one
+    clock: Clock = "optimizer"
 
     @property
     def steps_per_s(self) -> float:

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from .forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
 from .model import (
+    Clock,
     DeviceMemory,
     HeapSummary,
     LiveStatus,
@@ -59,7 +60,7 @@ class RunEvidence:
     """Everything a run gathered, as plain data: the input of `assemble_report`."""
 
     timeline: Timeline
-    steps: int  # optimizer steps
+    steps: int  # steps of `clock`
     wall_s: float
     interval_s: float
     ram_limit_bytes: int  # what the OOM killer enforces
@@ -74,16 +75,39 @@ class RunEvidence:
     suspects: tuple[Suspect, ...] = ()
     exception: BaseException | None = None  # what ended the block, if anything
     source_errors: tuple[SourceErrors, ...] = ()
+    clock: Clock = "optimizer"  # what a step is
+    optimizer_steps: int | None = None  # None: the same as `steps` (the clock is the optimizer)
+    training_loader: int | None = None  # the loader whose passes are the epochs (None: every pass)
 
 
 # ----------------------------------------------------------------------------- the verdict
 
 
-def first_pass_steps(timeline: Timeline, first_pass_batches: int | None) -> tuple[int, int] | None:
+def training_loader(clock: Clock, credits: dict[tuple[Clock, int], int], passes: dict[int, int]) -> int | None:
+    """The loader whose batches carry the steps of `clock` (its passes are the epochs; a validation
+    loader iterated inside an epoch is not): the one most steps were made on, else the one with the
+    most passes; None without any loader."""
+    carried = {loader: n for (c, loader), n in credits.items() if c == clock}
+    if carried:
+        return max(carried, key=lambda loader: (carried[loader], -loader))
+    if passes:
+        return max(passes, key=lambda loader: (passes[loader], -loader))
+    return None
+
+
+def epoch_starts(timeline: Timeline, clock: Clock, loader: int | None) -> list[float]:
+    """The step (of `clock`) or second at which each epoch began."""
+    return [m.t_s if clock == "time" else float(m.step_of(clock)) for m in timeline.epochs_of(loader)]
+
+
+def first_pass_steps(
+    timeline: Timeline, clock: Clock, loader: int | None, first_pass_batches: int | None
+) -> tuple[int, int] | None:
     """(first step, last step) of the first pass of a multi-worker DataLoader, if known."""
-    if first_pass_batches is None or not timeline.epochs:
+    epochs = timeline.epochs_of(loader)
+    if first_pass_batches is None or not epochs or clock == "time":
         return None
-    start = timeline.epochs[0].step
+    start = epochs[0].step_of(clock)
     return start + 1, start + first_pass_batches
 
 
@@ -97,13 +121,17 @@ def diagnose(
     graph_holders: Sequence[str] = (),
     first_pass_batches: int | None = None,
     max_points: int = 200,
+    clock: Clock = "optimizer",
+    loader: int | None = None,
 ) -> Diagnosis:
-    """The leak detector over the step-aligned series of every resource the run measured."""
-    columns = timeline.by_step.columns(
-        "step", "heap_bytes", "ram_bytes", "rss_bytes", "workers_bytes", "vram_allocated_bytes",
+    """The leak detector over every resource the run measured, against the steps of `clock`
+    (the step-aligned series), or against seconds when the loop had no step clock at all."""
+    source, x_name = (timeline.by_time, "t_s") if clock == "time" else (timeline.by_step, "step")
+    columns = source.columns(
+        x_name, "heap_bytes", "ram_bytes", "rss_bytes", "workers_bytes", "vram_allocated_bytes",
         "vram_reserved_bytes", "shm_used_bytes",
     )
-    step_x = columns["step"]
+    step_x = columns[x_name]
     heap, ram = columns["heap_bytes"], columns["ram_bytes"]
     # the OOM killer counts resident memory: heap growth exhausts the headroom RSS has left
     rss_above_heap = ram[-1] - heap[-1] if len(heap) and not math.isnan(heap[-1]) else 0.0
@@ -119,13 +147,18 @@ def diagnose(
     series.append(Series("vram", step_x, columns["vram_allocated_bytes"], vram_limit_bytes))
     series.append(Series("vram_reserved", step_x, columns["vram_reserved_bytes"], vram_limit_bytes))
     series.append(Series("shm", step_x, columns["shm_used_bytes"], shm_limit_bytes))
+    if clock == "time":
+        steps_per_s: float | None = 1.0  # a step is a second
+    else:
+        steps_per_s = steps / elapsed_s if elapsed_s > 0 else None
     return decide(
         [s for s in series if any(not math.isnan(v) for v in s.values)],
-        epoch_steps=[m.step + 1 for m in timeline.epochs],
-        steps_per_s=steps / elapsed_s if elapsed_s > 0 else None,
+        epoch_steps=[e + (0.0 if clock == "time" else 1.0) for e in epoch_starts(timeline, clock, loader)],
+        steps_per_s=steps_per_s,
         graph_suspects=graph_holders,
         max_points=max_points,
-        first_pass_steps=first_pass_steps(timeline, first_pass_batches),
+        first_pass_steps=first_pass_steps(timeline, clock, loader, first_pass_batches),
+        clock=clock,
     )
 
 
@@ -134,19 +167,23 @@ def rates_of(diagnosis: Diagnosis) -> dict[str, float]:
     return {f.resource: f.per_step_bytes for f in diagnosis.findings if f.per_step_bytes is not None}
 
 
-def growth_per_step(series: DecimatingSeries, column: str, max_points: int = 1024) -> float | None:
-    """Bytes per optimizer step of `column` in a step-aligned series (None if it cannot say)."""
-    cols = series.columns("step", column)
-    return robust_slope(cols["step"], cols[column], max_points)
+def growth_per_step(series: DecimatingSeries, column: str, x_name: str = "step", max_points: int = 1024) -> float | None:
+    """Bytes per step (or per second, x_name "t_s") of `column` (None if it cannot say)."""
+    cols = series.columns(x_name, column)
+    return robust_slope(cols[x_name], cols[column], max_points)
 
 
-def per_step(rates: dict[str, float], timeline: Timeline, resource: str, max_points: int = 1024) -> float | None:
+def per_step(
+    rates: dict[str, float], timeline: Timeline, resource: str, clock: Clock = "optimizer", max_points: int = 1024
+) -> float | None:
     """Bytes per step of a resource: the detector's rate where it had enough steps, else the
     split-half slope of the step-aligned series (a first figure, before any verdict). One rule for
     the status line and the report, so both quote the same figure."""
     if resource in rates:
         return rates[resource]
-    return growth_per_step(timeline.by_step, RATE_COLUMNS[resource], max_points)
+    if clock == "time":
+        return growth_per_step(timeline.by_time, RATE_COLUMNS[resource], "t_s", max_points)
+    return growth_per_step(timeline.by_step, RATE_COLUMNS[resource], "step", max_points)
 
 
 def short_verdict(diagnosis: Diagnosis) -> str:
@@ -157,7 +194,13 @@ def short_verdict(diagnosis: Diagnosis) -> str:
 
 
 def live_status(
-    timeline: Timeline, steps: int, elapsed_s: float, workers: int, live: Diagnosis | None
+    timeline: Timeline,
+    steps: int,
+    elapsed_s: float,
+    workers: int,
+    live: Diagnosis | None,
+    clock: Clock = "optimizer",
+    loader: int | None = None,
 ) -> LiveStatus:
     """The one-line live status: current values, growth per step so far, the verdict as it forms.
 
@@ -169,17 +212,18 @@ def live_status(
     return LiveStatus(
         elapsed_s=elapsed_s,
         steps=steps,
-        epochs=timeline.epoch_count,
+        epochs=timeline.epoch_count(loader),
         ram_bytes=by_time.last_value("ram_bytes"),
         heap_bytes=by_time.last_value("heap_bytes"),
         vram_allocated_bytes=by_time.last_value("vram_allocated_bytes"),
         vram_reserved_bytes=by_time.last_value("vram_reserved_bytes"),
         shm_used_bytes=by_time.last_value("shm_used_bytes"),
         workers=workers,
-        ram_per_step=per_step(rates, timeline, "ram", 256),
-        heap_per_step=per_step(rates, timeline, "heap", 256),
-        vram_per_step=per_step(rates, timeline, "vram", 256),
+        ram_per_step=per_step(rates, timeline, "ram", clock, 256),
+        heap_per_step=per_step(rates, timeline, "heap", clock, 256),
+        vram_per_step=per_step(rates, timeline, "vram", clock, 256),
         verdict=None if live is None else short_verdict(live),
+        clock=clock,
     )
 
 
@@ -329,15 +373,17 @@ def assemble_report(evidence: RunEvidence) -> Report:
         shm_limit_bytes=None if shm is None else shm.limit_bytes,
         graph_holders=graph_holders,
         first_pass_batches=evidence.first_pass_batches,
+        clock=evidence.clock,
+        loader=evidence.training_loader,
     )
     death_advice = worker_death_advice(evidence, ram, shm)
     if shm is not None and not death_advice:
         warning = shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
         death_advice += [warning] if warning else []
-    rates = rates_of(diagnosis)
+    rates, clock = rates_of(diagnosis), evidence.clock
 
     def with_rate(summary: _Summary | None, resource: str) -> _Summary | None:
-        return None if summary is None else replace(summary, per_step_bytes=per_step(rates, timeline, resource))
+        return None if summary is None else replace(summary, per_step_bytes=per_step(rates, timeline, resource, clock))
 
     return Report(
         status=status_of(exc),
@@ -345,8 +391,8 @@ def assemble_report(evidence: RunEvidence) -> Report:
         samples=by_time.count,
         interval_s=evidence.interval_s,
         steps=evidence.steps,
-        epochs=timeline.epoch_count,
-        ram=replace(ram, per_step_bytes=per_step(rates, timeline, "ram")),
+        epochs=timeline.epoch_count(evidence.training_loader),
+        ram=replace(ram, per_step_bytes=per_step(rates, timeline, "ram", clock)),
         heap=with_rate(heap, "heap"),
         vram=with_rate(vram, "vram"),
         shm=with_rate(shm, "shm"),
@@ -362,5 +408,8 @@ def assemble_report(evidence: RunEvidence) -> Report:
         sporadic_steps=diagnosis.sporadic_steps,
         error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
         source_errors=evidence.source_errors,
+        clock=clock,
+        optimizer_steps=evidence.steps if evidence.optimizer_steps is None else evidence.optimizer_steps,
+        per_epoch_bytes=diagnosis.per_epoch_bytes,
         timeline=timeline,
     )

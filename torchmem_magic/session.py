@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .forensics import parse_worker_death
-from .hooks import TrainingHooks
-from .model import DeviceMemory, LiveStatus, SourceErrors, Suspect
+from .hooks import LoaderPass, TrainingHooks
+from .model import STEP_CLOCKS, Clock, DeviceMemory, LiveStatus, SourceErrors, Suspect
 from .probes.accelerator import AcceleratorProbe, parse_device
 from .probes.base import ProbeReader, Reading
 from .probes.heap import HeapProbe
@@ -28,6 +28,7 @@ from .probes.shm import ShmProbe
 from .results import Report
 from .report import (
     LIVE_VERDICT_STEPS,
+    training_loader,
     RunEvidence,
     ShmEvidence,
     WorkerEvidence,
@@ -144,7 +145,11 @@ class MemwatchSession:
         self._sources = list(sources or [])
         self._clock, self._cpu_clock = clock, cpu_clock
         self.timeline = Timeline()
-        self.steps = 0
+        self.clock_counts: dict[Clock, int] = dict.fromkeys(STEP_CLOCKS, 0)
+        self.clock: Clock = "time"  # the best clock seen so far: what a step is
+        self._clock_generation = 0  # bumped when a better clock replaces the current one
+        self._filed_generation = 0
+        self._loader_credits: dict[tuple[Clock, int], int] = {}  # steps of each clock made on each loader's batches
         self.report: Report | None = None
         self.sampling = StepSamplingPolicy()
         self._baseline: dict[str, int] | None = None
@@ -152,7 +157,7 @@ class MemwatchSession:
         self._first_pass_batches: int | None = None
         self._max_workers = 0
         self._last_slow: Reading = dict.fromkeys(SLOW_COLUMNS, NAN)
-        self._step_rows: deque[Reading] = deque(maxlen=100_000)  # filed by the sampler thread every tick
+        self._step_rows: deque[tuple[int, Reading]] = deque(maxlen=100_000)  # (clock generation, row), filed every tick
         self._started_s: float | None = None
         self._ended_s: float | None = None
         self._tree: ProcessTreeProbe | None = None
@@ -176,16 +181,35 @@ class MemwatchSession:
             self._max_workers = max(self._max_workers, int(row["workers"]))
         return row
 
-    def _on_step(self) -> None:
-        """Optimizer step hook, on the training thread: must stay cheap.
+    @property
+    def steps(self) -> int:
+        """Steps of the best clock seen so far (0 when none ticked: then the clock is time)."""
+        return self.clock_counts[self.clock] if self.clock != "time" else 0
 
-        Reads only the ~1 µs counters (kernel RSS, heap, VRAM); children and shm come from the last
-        background reading. The row is queued for the sampler thread, which files it. Which steps
-        are sampled is the `StepSamplingPolicy`'s decision.
+    def _on_tick(self, clock: Clock) -> None:
+        """A step of any clock, on the thread that made it: must stay cheap.
+
+        Only the best clock seen so far samples (a better one replaces it: optimizer steps, then
+        backward passes, then batches, then forward calls). A sample reads only the ~1 µs counters
+        (kernel RSS, heap, VRAM); children and shm come from the last background reading. The row
+        is queued for the sampler thread, which files it. Which steps are sampled is the
+        `StepSamplingPolicy`'s decision. Requests (button clicks) run here, between two steps.
         """
-        self.steps += 1
+        counts = self.clock_counts
+        counts[clock] += 1
+        if clock != self.clock:
+            if self.clock != "time" and STEP_CLOCKS.index(clock) > STEP_CLOCKS.index(self.clock):
+                return  # a lesser clock: counted only
+            self.clock = clock
+            self._clock_generation += 1
+            self.sampling = StepSamplingPolicy()  # a dense start for the new clock
+        loader = self._hooks.current_loader if self._hooks is not None else None
+        if loader is not None:  # the steps made on each loader's batches tell the training loader
+            key = (clock, loader)
+            self._loader_credits[key] = self._loader_credits.get(key, 0) + 1
+        step = counts[clock]
         if self._requests.pending:
-            self._requests.run(self.steps)
+            self._requests.run(step)
         if not self.sampling.due():
             return
         started_s, cpu_started_s = self._clock(), self._cpu_clock()
@@ -193,21 +217,30 @@ class MemwatchSession:
         assert self._tree is not None
         row["ram_bytes"] = row["rss_bytes"] + self._tree.children_bytes
         row.update(self._last_slow)
-        row["t_s"], row["step"] = started_s - (self._started_s or 0.0), float(self.steps)
-        self._step_rows.append(row)
-        self.sampling.sampled(self.steps, started_s, self._cpu_clock() - cpu_started_s)
+        row["t_s"], row["step"] = started_s - (self._started_s or 0.0), float(step)
+        self._step_rows.append((self._clock_generation, row))
+        self.sampling.sampled(step, started_s, self._cpu_clock() - cpu_started_s)
 
     def _file_step_rows(self) -> None:
-        """Sampler thread: file the queued step rows; what that costs counts against the step budget."""
+        """Sampler thread: file the queued step rows; what that costs counts against the step budget.
+        Rows of a clock that a better one replaced are dropped, and so are the series' rows."""
         rows, count = self._step_rows, 0
         started = self._cpu_clock()
         while rows:
-            self.timeline.by_step.append(rows.popleft())
+            generation, row = rows.popleft()
+            if generation < self._filed_generation:
+                continue
+            if generation > self._filed_generation:
+                self._filed_generation = generation
+                self.timeline.restart_steps()
+            self.timeline.by_step.append(row)
             count += 1
         self.sampling.filed(count, self._cpu_clock() - started)
 
-    def _on_epoch(self, workers: list[tuple[int, Any]], batches: int | None) -> None:
-        self.timeline.add_epoch(self._elapsed_s(), self.steps)
+    def _on_pass(self, loader_pass: LoaderPass) -> None:
+        counts = self.clock_counts
+        self.timeline.add_pass(self._elapsed_s(), loader_pass.loader, tuple(counts[c] for c in STEP_CLOCKS))
+        workers, batches = loader_pass.workers, loader_pass.batches
         if workers and batches and self._first_pass_batches is None:
             self._first_pass_batches = batches  # for the copy-on-access projection
         if workers:
@@ -215,11 +248,15 @@ class MemwatchSession:
             self._tree.announce_workers(workers)
             self._max_workers = max(self._max_workers, len(workers))  # exact, even for short epochs
 
+    def training_loader(self) -> int | None:
+        """The loader whose batches carry the steps: its passes are the epochs (None: no loader)."""
+        return training_loader(self.clock, self._loader_credits, self.timeline.passes)
+
     def _absorb_callback_error(self, exc: Exception) -> None:
         assert self._hooks is not None
         self._hooks.absorb_error(exc)
 
-    def _on_tick(self) -> None:
+    def _on_sampler_tick(self) -> None:
         if self.listener is not None:
             self.listener.on_tick(self)
 
@@ -268,13 +305,13 @@ class MemwatchSession:
                 self._baseline = baseline_of(scan_roots(self._roots(), START_SCAN_BUDGET))
             self._started_s = self._clock()
             self.timeline.by_time.append(self._background_row())
-            self._hooks = TrainingHooks(self._on_step, self._on_epoch)
+            self._hooks = TrainingHooks(self._on_tick, self._on_pass)
             self._hooks.install()
             self._sampler = Sampler(
                 self._background_row,
                 self.timeline.by_time,
                 self.interval_s,
-                on_tick=self._on_tick if self.listener is not None else None,
+                on_tick=self._on_sampler_tick if self.listener is not None else None,
                 tick_period_s=getattr(self.listener, "tick_period_s", 0.5),
             )
             self._sampler.start()
@@ -402,6 +439,9 @@ class MemwatchSession:
             suspects=suspects,
             exception=ended_by,
             source_errors=self._source_errors(),
+            clock=self.clock,
+            optimizer_steps=self.clock_counts["optimizer"],
+            training_loader=self.training_loader(),
         )
 
     def __enter__(self) -> MemwatchSession:
@@ -413,14 +453,16 @@ class MemwatchSession:
     # ------------------------------------------------------------------ live figures
     def live_verdict(self) -> Diagnosis | None:
         """The verdict over the run so far, recomputed at most once a second (sampler thread);
-        None before LIVE_VERDICT_STEPS."""
-        if self.steps < LIVE_VERDICT_STEPS:
+        None before LIVE_VERDICT_STEPS steps (or samples, for a loop without a step clock)."""
+        enough = self.timeline.by_time.count if self.clock == "time" else self.steps
+        if enough < LIVE_VERDICT_STEPS or self._started_s is None:
             return None
         now = self._clock()
         if self._live is None or now - self._live[0] >= LIVE_VERDICT_PERIOD_S:
             diagnosis = diagnose(
                 self.timeline, self.steps, self._elapsed_s(), float(self._limit.limit_bytes),
                 first_pass_batches=self._first_pass_batches, max_points=64,
+                clock=self.clock, loader=self.training_loader(),
             )
             self._live = (now, diagnosis)
         return self._live[1]
@@ -428,5 +470,12 @@ class MemwatchSession:
     def live_status(self) -> LiveStatus:
         """A snapshot for the live status line."""
         tree_workers = self._tree.workers if self._tree is not None else 0
-        return live_status(self.timeline, self.steps, self._elapsed_s(), tree_workers, self.live_verdict())
+        return live_status(
+            self.timeline, self.steps, self._elapsed_s(), tree_workers, self.live_verdict(),
+            clock=self.clock, loader=self.training_loader(),
+        )
 
+    def epoch_markers(self) -> list[tuple[float, float]]:
+        """(seconds, step) at which each epoch so far began: the training loader's passes."""
+        clock = self.clock
+        return [(m.t_s, float(m.step_of(clock))) for m in self.timeline.epochs_of(self.training_loader())]

@@ -1,4 +1,4 @@
-"""Work asked for from another thread (a button click), run at the next optimizer step on the
+"""Work asked for from another thread (a button click), run at the next step (of the loop's step clock) on the
 training thread, so it never races the user's loop."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which optimizer steps get a step-aligned sample: all of them while that is cheap, every k-th
+"""Which steps get a step-aligned sample: all of them while that is cheap, every k-th
 otherwise (pure: the caller passes the times, so tests drive it with numbers, not sleeps).
 
 A step sample costs a few µs on the training thread (more when glibc's `mallinfo2` walks a heap

@@ -14,12 +14,14 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .model import STEP_CLOCKS, Clock
+
 NAN = float("nan")
 
 #: Columns of every row. Sizes in bytes; NaN where the source is absent (a column a row leaves out is NaN).
 COLUMNS: tuple[str, ...] = (
     "t_s",  # seconds since the session started
-    "step",  # optimizer steps seen so far
+    "step",  # steps of the step clock so far (optimizer steps, backward passes, batches or forward calls)
     "ram_bytes",  # process tree: kernel RSS + children (PSS where known)
     "rss_bytes",  # kernel process resident set
     "heap_bytes",  # kernel process heap in use (glibc mallinfo2)
@@ -149,28 +151,48 @@ class DecimatingSeries:
 
 @dataclass(frozen=True)
 class EpochMarker:
-    """A DataLoader iterator was started: at `t_s` seconds, after `step` optimizer steps."""
+    """A pass of a DataLoader started: at `t_s` seconds, when each step clock stood at `steps`."""
 
     t_s: float
-    step: int
+    loader: int  # which loader (train and validation loaders differ)
+    steps: tuple[int, ...]  # count of each clock of STEP_CLOCKS at that moment
+
+    def step_of(self, clock: Clock) -> int:
+        """Steps of `clock` before the pass started (0 for "time")."""
+        return self.steps[STEP_CLOCKS.index(clock)] if clock in STEP_CLOCKS else 0
 
 
 class Timeline:
-    """Everything sampled in one session: a time series, a step-aligned series, epoch markers."""
+    """Everything sampled in one session: a time series, a step-aligned series, loader passes.
+
+    `by_step` holds samples taken at the steps of one clock; when a better clock shows up (the
+    first backward pass after forward calls, say) it starts again, so its x axis is one clock's.
+    """
 
     MAX_EPOCH_MARKERS = 4096
 
     def __init__(self, capacity: int = 2000) -> None:
+        self.capacity = capacity
         self.by_time = DecimatingSeries(capacity)
         self.by_step = DecimatingSeries(capacity)
         self.epochs: list[EpochMarker] = []
-        self.epoch_count = 0
+        self.passes: dict[int, int] = {}  # loader -> passes started (all of them, beyond the markers kept)
 
-    def add_epoch(self, t_s: float, step: int) -> None:
-        self.epoch_count += 1
+    def add_pass(self, t_s: float, loader: int, steps: tuple[int, ...]) -> None:
+        self.passes[loader] = self.passes.get(loader, 0) + 1
         if len(self.epochs) < self.MAX_EPOCH_MARKERS:
-            self.epochs.append(EpochMarker(t_s, step))
+            self.epochs.append(EpochMarker(t_s, loader, steps))
+
+    def restart_steps(self) -> None:
+        """Drop the step-aligned samples of a clock that a better one replaced."""
+        self.by_step = DecimatingSeries(self.capacity)
+
+    def epochs_of(self, loader: int | None) -> list[EpochMarker]:
+        """The passes of `loader` (every pass when the training loader is not known)."""
+        return [m for m in self.epochs if loader is None or m.loader == loader]
+
+    def epoch_count(self, loader: int | None) -> int:
+        return sum(self.passes.values()) if loader is None else self.passes.get(loader, 0)
 
     def nbytes(self) -> int:
         return self.by_time.nbytes() + self.by_step.nbytes() + 64 * len(self.epochs)
-

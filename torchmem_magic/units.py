@@ -27,3 +27,29 @@ def format_duration(seconds: float, rough: bool = False) -> str:
     if seconds < (5400 if rough else 3600):
         return f"{seconds / 60:.0f} min" if rough else f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+#: clock -> (what a rate is per, singular noun, plural noun)
+_CLOCK_WORDS = {
+    "optimizer": ("step", "step", "steps"),
+    "backward": ("backward", "backward pass", "backward passes"),
+    "batch": ("batch", "batch", "batches"),
+    "forward": ("forward", "forward call", "forward calls"),
+    "time": ("s", "second", "seconds"),
+}
+
+
+def rate_unit(clock: str) -> str:
+    """What growth is quoted per: '+1.0 MiB/step', '/batch', '/forward', '/backward', '/s'."""
+    return _CLOCK_WORDS[clock][0]
+
+
+def count_noun(count: float, clock: str) -> str:
+    """'200 steps', '1 batch', '40 forward calls', '3 seconds'."""
+    _, one, many = _CLOCK_WORDS[clock]
+    return f"{count:,.0f} {one if count == 1 else many}"
+
+
+def plural_noun(clock: str) -> str:
+    """'steps', 'batches', 'forward calls': what a clock counts."""
+    return _CLOCK_WORDS[clock][2]

@@ -1,6 +1,6 @@
 """Leak verdicts from step-aligned memory series (pure: no I/O, no torch, no IPython).
 
-For each resource the series is memory after each sampled optimizer step against the step index.
+For each resource the series is memory after each sampled step (of the loop's step clock) against the step index.
 
 1. Warm-up: level changes in the first steps (the optimizer's state at step 1, caches that fill
    and then stay flat) are found from the jumps themselves and cut off.
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .model import VerdictName
-from .units import format_bytes, format_duration
+from .units import format_bytes, format_duration, plural_noun, rate_unit
 
 MIB = 1 << 20
 MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
@@ -57,6 +57,7 @@ class ResourceFinding:
     sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each jump may have happened at
     steps_to_exhaustion: float | None = None
     net_growth_bytes: float = 0.0  # last minus first value after warm-up
+    per_epoch_bytes: float | None = None  # a staircase's growth per epoch
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Diagnosis:
     seconds_to_exhaustion: float | None
     advice: tuple[str, ...]
     findings: tuple[ResourceFinding, ...] = field(default=())
+    per_epoch_bytes: float | None = None
 
     @property
     def sporadic_steps(self) -> tuple[tuple[int, int], ...]:
@@ -198,12 +200,14 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
     boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
     net = ys[-1] - ys[0]
 
-    def finding(verdict: VerdictName, kind: str | None, sporadic: tuple[tuple[int, int], ...] = ()) -> ResourceFinding:
+    def finding(
+        verdict: VerdictName, kind: str | None, sporadic: tuple[tuple[int, int], ...] = (), per_epoch: float | None = None
+    ) -> ResourceFinding:
         exhaustion = None
         if verdict in ("leak", "suspect") and series.limit_bytes and slope > 0:
             exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / slope)
         return ResourceFinding(
-            series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion, net
+            series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion, net, per_epoch
         )
 
     if net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net:
@@ -211,8 +215,9 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
         if abs(sum(within)) < 0.3 * net:
             starts = sorted({e for e in epoch_steps if xs[0] <= e <= xs[-1]})  # train + val loaders: one start
             epoch_length = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else xs[-1] - xs[0]
-            slope = boundary_growth / len(boundary) / max(epoch_length, 1.0)  # per-epoch growth, spread per step
-            return finding("leak", "per-epoch")
+            per_epoch = boundary_growth / len(boundary)
+            slope = per_epoch / max(epoch_length, 1.0)  # spread over the epoch's steps, for the exhaustion
+            return finding("leak", "per-epoch", per_epoch=per_epoch)
     # the jumps make the growth and nothing comes back: many up-jumps with as many falls is noise or sawtooth
     if jumps and len(jumps) <= max(3, len(ys) // 5) and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES:
         # with thinned sampling a jump is only known to lie between two sampled steps
@@ -257,6 +262,7 @@ def decide(
     graph_suspects: Sequence[str] = (),
     max_points: int = 200,
     first_pass_steps: tuple[int, int] | None = None,
+    clock: str = "optimizer",
 ) -> Diagnosis:
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
@@ -268,7 +274,9 @@ def decide(
         graph_suspects: names holding autograd graphs that grew in the cell (makes at least "suspect").
         first_pass_steps: (first, last) step of a multi-worker DataLoader's first pass, to project
             where copy-on-access growth will stop.
+        clock: what a step is ("optimizer", "batch", ..., "time": x is seconds), for the wording.
     """
+    unit, steps_word = rate_unit(clock), plural_noun(clock)
     by_resource = {s.resource: s for s in series}
     findings = {name: analyse(s, epoch_steps, max_points) for name, s in by_resource.items()}
     advice: list[str] = []
@@ -285,7 +293,7 @@ def decide(
         and workers.net_growth_bytes >= COPY_ON_ACCESS_MIN_BYTES
     ):
         advice.append(
-            f"DataLoader workers' memory grows ({format_bytes(workers.per_step_bytes or 0)}/step, by PSS) while "
+            f"DataLoader workers' memory grows ({format_bytes(workers.per_step_bytes or 0)}/{unit}, by PSS) while "
             "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "
             "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
             "np.frombuffer / pyarrow for strings) avoid it."
@@ -314,29 +322,36 @@ def decide(
             return Diagnosis("suspect", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
         if all(f.verdict == "unknown" for f in relevant):  # also when no step was sampled at all
             warm = max((f.warmup_steps for f in relevant), default=0)
-            advice.insert(0, f"too few optimizer steps for a verdict: needs at least {MIN_STEPS + warm} sampled steps")
+            needs = MIN_STEPS + warm
+            advice.insert(0, f"too few {steps_word} for a verdict: needs at least {needs} sampled {steps_word}"
+                          if clock != "time" else f"too short for a verdict: needs at least {needs} samples")
             return Diagnosis("unknown", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
         return Diagnosis("clean", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
     seconds = None
     if chosen.steps_to_exhaustion is not None and steps_per_s:
         seconds = chosen.steps_to_exhaustion / steps_per_s
-    headline = (
-        f"{chosen.leak_kind} leak in {chosen.resource}: {format_bytes(chosen.per_step_bytes or 0)}/step"
-        + (f" ± {format_bytes(chosen.per_step_error_bytes or 0)}" if chosen.leak_kind == "per-iteration" else "")
-    )
+    rate = f"{format_bytes(chosen.per_step_bytes or 0)}/{unit}"
+    if chosen.per_epoch_bytes is not None:
+        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {format_bytes(chosen.per_epoch_bytes)} per epoch"
+    else:
+        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {rate}" + (
+            f" ± {format_bytes(chosen.per_step_error_bytes or 0)}" if chosen.leak_kind == "per-iteration" else ""
+        )
     if chosen.sporadic_steps:
         named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]
-        headline += f", at steps {', '.join(named)}"
+        headline += f", at {'seconds' if clock == 'time' else steps_word} {', '.join(named)}"
     advice.insert(0, headline)
     if chosen.steps_to_exhaustion is not None:
-        when = f"~{chosen.steps_to_exhaustion:,.0f} steps" + (f" (~{format_duration(seconds, rough=True)})" if seconds else "")
-        advice.insert(
-            1,
-            f"at {format_bytes(chosen.per_step_bytes or 0)}/step {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}",
-        )
+        if clock == "time":
+            when = f"~{format_duration(chosen.steps_to_exhaustion, rough=True)}"
+        else:
+            when = f"~{chosen.steps_to_exhaustion:,.0f} {steps_word}" + (
+                f" (~{format_duration(seconds, rough=True)})" if seconds else ""
+            )
+        advice.insert(1, f"at {rate} {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}")
     verdict = chosen.verdict
     return Diagnosis(
         verdict, chosen.leak_kind, chosen.resource if chosen.resource != "vram_reserved" else "vram",
         chosen.per_step_bytes, chosen.per_step_error_bytes, chosen.steps_to_exhaustion, seconds,
-        tuple(advice), tuple(findings.values()),
+        tuple(advice), tuple(findings.values()), chosen.per_epoch_bytes,
     )

@@ -58,7 +58,6 @@ def test_payload_stays_bounded_for_a_long_run() -> None:
     for i in range(200_000):  # ~5.5 h at 100 ms
         row["t_s"] = i * 0.1
         session.timeline.by_time.append(row)
-    session.steps = 0
     figure.x_toggle.value = "time"
     figure._draw(session, final=False)
     assert len(figure.lines.x) <= MAX_POINTS and np.asarray(figure.lines.y).shape[1] == len(figure.lines.x)

@@ -1,4 +1,4 @@
-"""Report.to_dict() in the report's documented JSON schema, version 1, with every optional part present.
+"""Report.to_dict() in the report's documented JSON schema, version 2, with every optional part present.
 
 What the reports print and display is pinned by test_render_golden.py."""
 
@@ -38,7 +38,9 @@ def test_keys_and_values_follow_the_spec() -> None:
     assert {
         "schema", "status", "wall_s", "samples", "interval_s", "steps", "epochs", "ram", "heap", "vram", "shm",
         "workers", "verdict", "leak_kind", "resource", "steps_to_exhaustion", "suspects", "advice",
+        "clock", "optimizer_steps", "live_suspects_at_step", "ranks", "worst_rank",
     } <= set(data) and "timeline" not in data
+    assert (data["clock"], data["ranks"], data["worst_rank"]) == ("optimizer", None, None)
     assert data["ram"] == {"start": 1, "end": 2, "peak": 3, "per_step": 0.5, "limit": 1 << 30, "limit_source": "cgroup v2"}
     assert data["heap"] == {"start": 1, "end": 2, "peak": 3, "per_step": 0.25}
     vram = data["vram"]
@@ -51,8 +53,9 @@ def test_keys_and_values_follow_the_spec() -> None:
     assert data["suspects"] == [{
         "name": "history", "path": "history[3]", "kind": "autograd-graph", "tensors": 4, "graph_nodes": 40,
         "retained_bytes": 1000, "new_in_cell": True, "fix": "history.append(loss.item())",
+        "growth_per_step": None, "series": [], "first_seen_step": None,
     }]
-    assert data["advice"] == ["use loss.item()"] and data["schema"] == 1 and data["verdict"] == "unknown"
+    assert data["advice"] == ["use loss.item()"] and data["schema"] == 2 and data["verdict"] == "unknown"
 
 
 

@@ -109,6 +109,35 @@ def minimal_report() -> Report:
     )
 
 
+def batch_clock_report() -> Report:
+    """An inference loop without an optimizer: steps are DataLoader batches, a per-epoch leak."""
+    return Report(
+        status="ok", wall_s=12.0, samples=120, interval_s=0.1, steps=600, epochs=6,
+        ram=RamSummary(
+            start_bytes=1 * GIB, end_bytes=1 * GIB + 60 * MIB, peak_bytes=1 * GIB + 60 * MIB,
+            per_step_bytes=100 * KIB, limit_bytes=16 * GIB, limit_source="cgroup v2",
+        ),
+        heap=HeapSummary(start_bytes=400 * MIB, end_bytes=460 * MIB, peak_bytes=460 * MIB, per_step_bytes=100 * KIB),
+        vram=None, shm=None, workers=None, verdict="leak", leak_kind="per-epoch", resource="heap",
+        advice=("per-epoch leak in heap: 10.0 MiB per epoch",), clock="batch", optimizer_steps=0,
+        per_epoch_bytes=10 * MIB,
+    )
+
+
+def time_clock_report() -> Report:
+    """No step clock at all: rates per second."""
+    return Report(
+        status="ok", wall_s=3.0, samples=30, interval_s=0.1, steps=0, epochs=0,
+        ram=RamSummary(
+            start_bytes=500 * MIB, end_bytes=800 * MIB, peak_bytes=800 * MIB, per_step_bytes=100 * MIB,
+            limit_bytes=8 * GIB, limit_source="system",
+        ),
+        heap=None, vram=None, shm=None, workers=None, verdict="leak", leak_kind="per-iteration", resource="ram",
+        advice=("per-iteration leak in ram: 100.0 MiB/s ± 1.0 MiB", "at 100.0 MiB/s this kernel is OOM-killed in ~73 s"),
+        clock="time",
+    )
+
+
 def _history(i: int) -> TensorFinding:
     """One kept model output with its graph: 64×10 float32 = 2,560 B, 5 nodes of ~700 B."""
     return TensorFinding(f"history[{i}]", (64, 10), "torch.float32", "cpu", 2_560, True, "AddmmBackward0", 5, 6_060)
@@ -152,6 +181,17 @@ STATUSES = {
         vram_allocated_bytes=NAN, vram_reserved_bytes=NAN, shm_used_bytes=NAN, workers=0,
         ram_per_step=2.0 * KIB, heap_per_step=0.0, vram_per_step=None,
     ),
+    "forward_clock": LiveStatus(
+        elapsed_s=5.0, steps=250, epochs=0, ram_bytes=600.0 * MIB, heap_bytes=200.0 * MIB,
+        vram_allocated_bytes=NAN, vram_reserved_bytes=NAN, shm_used_bytes=NAN, workers=0,
+        ram_per_step=1.0 * MIB, heap_per_step=1.0 * MIB, vram_per_step=None, verdict="leak: per-iteration in heap",
+        clock="forward",
+    ),
+    "time_clock": LiveStatus(
+        elapsed_s=90.0, steps=0, epochs=0, ram_bytes=600.0 * MIB, heap_bytes=200.0 * MIB,
+        vram_allocated_bytes=NAN, vram_reserved_bytes=NAN, shm_used_bytes=NAN, workers=0,
+        ram_per_step=64.0 * KIB, heap_per_step=0.0, vram_per_step=None, verdict="clean", clock="time",
+    ),
     "ram_only": LiveStatus(
         elapsed_s=0.0, steps=0, epochs=0, ram_bytes=500.0 * MIB, heap_bytes=NAN,
         vram_allocated_bytes=NAN, vram_reserved_bytes=NAN, shm_used_bytes=NAN, workers=0,
@@ -159,7 +199,10 @@ STATUSES = {
     ),
 }
 
-REPORTS = {"report_full": full_report, "report_minimal": minimal_report}
+REPORTS = {
+    "report_full": full_report, "report_minimal": minimal_report,
+    "report_batch_clock": batch_clock_report, "report_time_clock": time_clock_report,
+}
 MEMCHECKS = {"memcheck_full": full_memcheck, "memcheck_empty": empty_memcheck}
 
 

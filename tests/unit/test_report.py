@@ -72,7 +72,7 @@ def test_a_flat_run_is_clean_and_a_run_without_steps_is_unknown() -> None:
     empty.by_time.append({"t_s": 0.0, "step": 0.0, "ram_bytes": 600 * MIB, "rss_bytes": 600 * MIB, "heap_bytes": 400 * MIB})
     unknown = assemble_report(evidence(empty, 0))
     assert unknown.verdict == "unknown"
-    assert unknown.advice[0].startswith("too few optimizer steps for a verdict")
+    assert unknown.advice[0] == "too few steps for a verdict: needs at least 12 sampled steps"
 
 
 def test_holders_whose_graphs_grew_make_a_flat_run_suspect() -> None:

@@ -17,6 +17,7 @@ from torchmem_magic.sampler import THREAD_NAME
 SPEC_KEYS = {
     "schema", "status", "wall_s", "samples", "interval_s", "steps", "epochs", "ram", "heap", "vram",
     "shm", "workers", "verdict", "leak_kind", "resource", "steps_to_exhaustion", "suspects", "advice",
+    "clock", "optimizer_steps", "live_suspects_at_step", "ranks", "worst_rank",
 }
 
 
@@ -103,7 +104,8 @@ def test_report_matches_spec_schema_and_is_json() -> None:
     data = w.report.to_dict()
     assert SPEC_KEYS <= set(data)
     assert json.loads(json.dumps(data)) == data
-    assert data["schema"] == 1 and data["suspects"] == [] and data["verdict"] == "unknown"
+    assert data["schema"] == 2 and data["suspects"] == [] and data["verdict"] == "unknown"
+    assert (data["clock"], data["steps"], data["optimizer_steps"]) == ("optimizer", 1, 1)
     assert set(data["ram"]) >= {"start", "end", "peak", "per_step", "limit"}
     assert data["vram"] is None  # no CUDA here: null, not zeros
     assert data["samples"] >= 2 and data["ram"]["peak"] >= data["ram"]["end"] > 0

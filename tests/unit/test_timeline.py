@@ -75,6 +75,8 @@ def test_rejects_bad_rows_and_capacity() -> None:
 def test_epoch_markers_bounded() -> None:
     tl = Timeline()
     for i in range(Timeline.MAX_EPOCH_MARKERS + 10):
-        tl.add_epoch(float(i), i)
-    assert tl.epoch_count == Timeline.MAX_EPOCH_MARKERS + 10
+        tl.add_pass(float(i), 1 + i % 2, (i, 0, 2 * i, 0))
+    assert tl.epoch_count(None) == Timeline.MAX_EPOCH_MARKERS + 10
+    assert tl.epoch_count(1) == tl.epoch_count(2) == Timeline.MAX_EPOCH_MARKERS // 2 + 5
     assert len(tl.epochs) == Timeline.MAX_EPOCH_MARKERS
+    assert [m.step_of("batch") for m in tl.epochs_of(2)[:2]] == [2, 6] and tl.epochs[3].step_of("time") == 0

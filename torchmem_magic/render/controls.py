@@ -60,13 +60,13 @@ class Controls:
         self.release_button = ipywidgets.Button(description="release notebook caches", layout=layout,
                                                 tooltip="Out/_/__/___ and their hidden copies, the last traceback")
         self.stop_button = ipywidgets.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
-                                             layout=layout, tooltip="end the loop at the next optimizer step")
+                                             layout=layout, tooltip="end the loop at the next step")
         info = actions.sharing_info()
         self.strategy = ipywidgets.Dropdown(options=list(info.strategies), value=info.strategy,
                                             description="sharing:", layout=ipywidgets.Layout(width="220px"))
         self.result = ipywidgets.HTML(f"<code>{html.escape(str(info))}</code>")
         self.note = ipywidgets.HTML(
-            "<small>&nbsp;clicks act mid-run, at the next optimizer step</small>" if mid_run_clicks_possible()
+            "<small>&nbsp;clicks act mid-run, at the next step</small>" if mid_run_clicks_possible()
             else "<small>&nbsp;this kernel handles clicks once the cell has finished</small>"
         )
         self.gc_button.on_click(lambda _: self._act(self._collect))
@@ -109,7 +109,7 @@ class Controls:
     def _act(self, action: Callable[[], Any]) -> None:
         session = self._session
         if session is not None and session.running:
-            self._show("queued: runs at the next optimizer step")
+            self._show("queued: runs at the next step")
             session.request(lambda: self._show(str(action())))
         else:
             self._show(str(action()))
@@ -118,7 +118,7 @@ class Controls:
         session = self._session
         if session is not None and session.running:
             session.request_stop()
-            self._show("stopping at the next optimizer step")
+            self._show("stopping at the next step")
 
     def _on_strategy(self, change: Any) -> None:
         try:

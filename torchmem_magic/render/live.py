@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..session import MemwatchSession
 
 MIB, GIB = float(1 << 20), float(1 << 30)
+STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
 MAX_POINTS = 2000
 LEGEND_ROW_SHARE = 0.07  # headroom per legend entry, so the top-left legend does not hide the curves
 
@@ -90,7 +91,7 @@ class LiveFigure:
         self.status = ipywidgets.HTML(value="<code>starting…</code>")
         self.x_toggle = ipywidgets.ToggleButtons(
             options=[("time", "time"), ("steps", "steps")], value="time",
-            tooltips=["x axis: seconds since the cell started", "x axis: optimizer steps"],
+            tooltips=["x axis: seconds since the cell started", "x axis: steps (optimizer steps, else backward passes, batches or forward calls)"],
             style={"button_width": "60px"},
         )
         self.x_toggle.observe(self._on_toggle, names="value")
@@ -138,7 +139,7 @@ class LiveFigure:
         peak = max((float(np.nanmax(columns[c])) for c, _, _ in visible), default=0.0)
         unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
         curves = [(_decimate(columns[c]) / unit, label, colour) for c, label, colour in visible]
-        markers = [m.step if by_steps else m.t_s for m in list(session.timeline.epochs)]
+        markers = [step if by_steps else t_s for t_s, step in session.epoch_markers()]
         text = status_line(session.live_status())
         if final and report is not None:
             text = f"{report.status} · {text}"
@@ -156,7 +157,7 @@ class LiveFigure:
                     self.epoch_lines.x = np.repeat(np.asarray(markers, dtype=np.float64)[:, None], 2, axis=1)
                     self.epoch_lines.y = np.tile([0.0, 1.0], (len(markers), 1))
                 self.epoch_lines.visible = bool(markers)
-            self.x_axis.label = "optimizer step" if by_steps else "time (s)"
+            self.x_axis.label = STEP_AXIS_LABELS.get(session.clock, "step") if by_steps else "time (s)"
             # wrap only between the " · " separated parts, never inside one ("shm 0 B")
             parts = (html.escape(part).replace(" ", "&nbsp;") for part in text.split(" · "))
             self.status.value = f"<code>{' · '.join(parts)}</code>"

@@ -13,39 +13,41 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..model import LiveStatus, MemcheckData, ReportData, Suspect, TensorFinding
-from ..units import format_bytes, format_duration
+from ..units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
 
 
-def format_per_step(value: float | None) -> str:
-    return "—" if value is None else f"{format_bytes(value, signed=True)}/step"
+def format_per_step(value: float | None, clock: str = "optimizer") -> str:
+    """'+1.0 MiB/step', '+1.0 MiB/batch', '+1.0 MiB/s': growth per step of the report's clock."""
+    return "—" if value is None else f"{format_bytes(value, signed=True)}/{rate_unit(clock)}"
 
 
 Row = tuple[str, str, str, str, str, str]
 
 
-def _row(label: str, start: float, end: float, peak: float, per_step: float | None, note: str) -> Row:
-    return (label, format_bytes(start), format_bytes(end), format_bytes(peak), format_per_step(per_step), note)
+def _row(label: str, start: float, end: float, peak: float, per_step: float | None, note: str, clock: str) -> Row:
+    return (label, format_bytes(start), format_bytes(end), format_bytes(peak), format_per_step(per_step, clock), note)
 
 
 def _rows(report: ReportData) -> list[Row]:
     """(resource, start, end, peak, growth, note) for each resource that was measured."""
     ram, heap, vram, shm, workers = report.ram, report.heap, report.vram, report.shm, report.workers
+    clock = report.clock
     rows = [
         _row("RAM (process tree)", ram.start_bytes, ram.end_bytes, ram.peak_bytes, ram.per_step_bytes,
-             f"limit {format_bytes(ram.limit_bytes)} ({ram.limit_source})")
+             f"limit {format_bytes(ram.limit_bytes)} ({ram.limit_source})", clock)
     ]
     if heap is not None:
         rows.append(_row("heap in use", heap.start_bytes, heap.end_bytes, heap.peak_bytes, heap.per_step_bytes,
-                         "what the kernel really retains"))
+                         "what the kernel really retains", clock))
     if vram is not None:
         note = f"reserved {format_bytes(vram.reserved_end_bytes)}"
         note += f" of {format_bytes(vram.limit_bytes)}" if vram.limit_bytes else ""
         note += f" on {', '.join(vram.devices)}" if vram.devices else ""
         rows.append(_row("VRAM allocated", vram.allocated_start_bytes, vram.allocated_end_bytes,
-                         vram.allocated_peak_bytes, vram.per_step_bytes, note))
+                         vram.allocated_peak_bytes, vram.per_step_bytes, note, clock))
     if shm is not None:
         rows.append(_row(f"shm ({shm.path})", shm.start_bytes, shm.end_bytes, shm.peak_bytes, shm.per_step_bytes,
-                         f"of {format_bytes(shm.limit_bytes)}, strategy {shm.strategy or '—'}"))
+                         f"of {format_bytes(shm.limit_bytes)}, strategy {shm.strategy or '—'}", clock))
     if workers is not None:
         rows.append(("DataLoader workers", "", "", format_bytes(workers.peak_bytes), "",
                      f"{workers.max_count} at once, PSS"))
@@ -60,7 +62,7 @@ def _headline(report: ReportData) -> str:
     status = {"ok": "ok", "error": "failed", "interrupted": "interrupted"}[report.status]
     parts = [
         f"memwatch: {status}",
-        _count(report.steps, "step"),
+        count_noun(report.steps, report.clock) if report.clock != "time" else "no step clock",
         _count(report.epochs, "epoch"),
         format_duration(report.wall_s),
         f"{report.samples:,} samples every {report.interval_s * 1000:g} ms",
@@ -80,8 +82,8 @@ def report_text(report: ReportData) -> str:
     for row in rows:
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:5], widths[1:])]
         lines.append(("  " + "  ".join(cells) + "  " + row[5]).rstrip())
-    if report.steps < 3:
-        lines.append("  growth per step needs at least 3 optimizer steps")
+    if report.steps < 3 and report.clock != "time":
+        lines.append(f"  growth per {rate_unit(report.clock)} needs at least 3 {plural_noun(report.clock)}")
     lines.append(f"  verdict: {report.verdict}")
     lines += [f"  → {advice}" for advice in report.advice]
     lines += suspects_text(report.suspects)
@@ -119,18 +121,20 @@ def report_html(report: ReportData) -> str:
 
 def status_line(status: LiveStatus) -> str:
     """The one-line live status under the figure."""
+    clock = status.clock
+    unit = rate_unit(clock)
+    progress = [f"{unit} {status.steps:,}", f"{status.steps_per_s:.1f} {plural_noun(clock)}/s"]
     parts = [
-        f"step {status.steps:,}",
-        f"{status.steps_per_s:.1f} steps/s",
+        *(progress if clock != "time" else [format_duration(status.elapsed_s)]),
         f"epoch {status.epochs}",
-        f"RAM {format_bytes(status.ram_bytes)} ({format_per_step(status.ram_per_step)})",
+        f"RAM {format_bytes(status.ram_bytes)} ({format_per_step(status.ram_per_step, clock)})",
     ]
     if not math.isnan(status.heap_bytes):
-        parts.append(f"heap {format_bytes(status.heap_bytes)} ({format_per_step(status.heap_per_step)})")
+        parts.append(f"heap {format_bytes(status.heap_bytes)} ({format_per_step(status.heap_per_step, clock)})")
     if not math.isnan(status.vram_allocated_bytes):
         parts.append(
             f"VRAM {format_bytes(status.vram_allocated_bytes)} / {format_bytes(status.vram_reserved_bytes)} reserved"
-            f" ({format_per_step(status.vram_per_step)})"
+            f" ({format_per_step(status.vram_per_step, clock)})"
         )
     if not math.isnan(status.shm_used_bytes):
         parts.append(f"shm {format_bytes(status.shm_used_bytes)}")
