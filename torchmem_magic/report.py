@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from .forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
+from .holders import fuse, with_trends
 from .model import (
     Clock,
     DeviceMemory,
@@ -78,6 +79,8 @@ class RunEvidence:
     clock: Clock = "optimizer"  # what a step is
     optimizer_steps: int | None = None  # None: the same as `steps` (the clock is the optimizer)
     training_loader: int | None = None  # the loader whose passes are the epochs (None: every pass)
+    holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> (step, bytes) at scans
+    live_suspects_at_step: int | None = None
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -201,6 +204,7 @@ def live_status(
     live: Diagnosis | None,
     clock: Clock = "optimizer",
     loader: int | None = None,
+    holder: str | None = None,
 ) -> LiveStatus:
     """The one-line live status: current values, growth per step so far, the verdict as it forms.
 
@@ -224,6 +228,7 @@ def live_status(
         vram_per_step=per_step(rates, timeline, "vram", clock, 256),
         verdict=None if live is None else short_verdict(live),
         clock=clock,
+        holder=holder,
     )
 
 
@@ -363,8 +368,9 @@ def assemble_report(evidence: RunEvidence) -> Report:
             per_worker=tuple({"pid": pid, "pss_peak": pss, "uss_peak": uss} for pid, pss, uss in evidence.workers.peaks),
         )
     vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
-    graph_holders = [s.name for s in evidence.suspects if s.kind == "autograd-graph" and s.new_in_cell]
-    diagnosis = diagnose(
+    suspects = with_trends(evidence.suspects, evidence.holder_series)
+    graph_holders = [s.name for s in suspects if s.kind == "autograd-graph" and s.new_in_cell]
+    curves = diagnose(
         timeline,
         evidence.steps,
         evidence.wall_s,
@@ -375,6 +381,11 @@ def assemble_report(evidence: RunEvidence) -> Report:
         first_pass_batches=evidence.first_pass_batches,
         clock=evidence.clock,
         loader=evidence.training_loader,
+    )
+    steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
+    diagnosis = fuse(
+        curves, suspects, evidence.clock, float(ram.limit_bytes - ram.end_bytes), steps_per_s,
+        tracked=bool(evidence.holder_series),
     )
     death_advice = worker_death_advice(evidence, ram, shm)
     if shm is not None and not death_advice:
@@ -401,7 +412,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
         leak_kind=diagnosis.leak_kind,
         resource=diagnosis.resource,
         steps_to_exhaustion=diagnosis.steps_to_exhaustion,
-        suspects=evidence.suspects,
+        suspects=suspects,
         advice=(*death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
         seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
         per_step_error_bytes=diagnosis.per_step_error_bytes,
@@ -411,5 +422,6 @@ def assemble_report(evidence: RunEvidence) -> Report:
         clock=clock,
         optimizer_steps=evidence.steps if evidence.optimizer_steps is None else evidence.optimizer_steps,
         per_epoch_bytes=diagnosis.per_epoch_bytes,
+        live_suspects_at_step=evidence.live_suspects_at_step,
         timeline=timeline,
     )

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .forensics import parse_worker_death
+from .holder_tracking import HolderTracker
+from .holders import first_named_step, holder_trend, live_holder_line
 from .hooks import LoaderPass, TrainingHooks
 from .model import STEP_CLOCKS, Clock, DeviceMemory, LiveStatus, SourceErrors, Suspect
 from .probes.accelerator import AcceleratorProbe, parse_device
@@ -164,6 +166,8 @@ class MemwatchSession:
         self._hooks: TrainingHooks | None = None
         self._sampler: Sampler | None = None
         self._requests = StepRequests(on_error=self._absorb_callback_error)
+        self._tracker: HolderTracker | None = None
+        self._live_holder: tuple[int, str | None] = (-1, None)  # (tracker scans, line) computed for
 
     # ------------------------------------------------------------------ sampling
     def _elapsed_s(self) -> float:
@@ -203,6 +207,8 @@ class MemwatchSession:
             self.clock = clock
             self._clock_generation += 1
             self.sampling = StepSamplingPolicy()  # a dense start for the new clock
+            if self._tracker is not None:
+                self._tracker.restart()
         loader = self._hooks.current_loader if self._hooks is not None else None
         if loader is not None:  # the steps made on each loader's batches tell the training loader
             key = (clock, loader)
@@ -210,6 +216,9 @@ class MemwatchSession:
         step = counts[clock]
         if self._requests.pending:
             self._requests.run(step)
+        tracker = self._tracker
+        if tracker is not None and tracker.due():
+            tracker.scan(step)
         if not self.sampling.due():
             return
         started_s, cpu_started_s = self._clock(), self._cpu_clock()
@@ -303,6 +312,7 @@ class MemwatchSession:
             gc.collect()
             if self._roots is not None:  # what each name held before the cell: `new_in_cell`
                 self._baseline = baseline_of(scan_roots(self._roots(), START_SCAN_BUDGET))
+                self._tracker = HolderTracker(self._roots, self._baseline)
             self._started_s = self._clock()
             self.timeline.by_time.append(self._background_row())
             self._hooks = TrainingHooks(self._on_tick, self._on_pass)
@@ -359,7 +369,7 @@ class MemwatchSession:
         try:
             _despite_worker_deaths(make_report, interruptions)
         finally:
-            self._roots = None  # the provider may reference the user's namespace
+            self._roots = self._tracker = None  # the provider may reference the user's namespace
             if self._tree is not None:
                 self._tree.close()
         assert self.report is not None
@@ -442,7 +452,15 @@ class MemwatchSession:
             clock=self.clock,
             optimizer_steps=self.clock_counts["optimizer"],
             training_loader=self.training_loader(),
+            holder_series=self._holder_series(suspects),
+            live_suspects_at_step=None if self._tracker is None else first_named_step(self._tracker.snapshot()),
         )
+
+    def _holder_series(self, suspects: tuple[Suspect, ...]) -> dict[str, list[tuple[int, int]]]:
+        """Each holder's sizes at the scans during the run, and at the end-of-cell scan."""
+        if self._tracker is None:
+            return {}
+        return self._tracker.add_final(self.steps, {s.name: s.retained_bytes for s in suspects})
 
     def __enter__(self) -> MemwatchSession:
         return self.start()
@@ -467,12 +485,24 @@ class MemwatchSession:
             self._live = (now, diagnosis)
         return self._live[1]
 
+    def live_holder(self) -> str | None:
+        """The fastest-growing holder so far ('val_outputs +2.9 MiB/step, autograd graphs'), from the
+        scans during the run; recomputed only after a new scan."""
+        tracker = self._tracker
+        if tracker is None:
+            return self._live_holder[1]
+        if tracker.scans != self._live_holder[0]:
+            series = tracker.snapshot()
+            trends = [holder_trend(name, points) for name, points in series.items()]
+            self._live_holder = (tracker.scans, live_holder_line(trends, tracker.kinds, self.clock))
+        return self._live_holder[1]
+
     def live_status(self) -> LiveStatus:
         """A snapshot for the live status line."""
         tree_workers = self._tree.workers if self._tree is not None else 0
         return live_status(
             self.timeline, self.steps, self._elapsed_s(), tree_workers, self.live_verdict(),
-            clock=self.clock, loader=self.training_loader(),
+            clock=self.clock, loader=self.training_loader(), holder=self.live_holder(),
         )
 
     def epoch_markers(self) -> list[tuple[float, float]]:

@@ -17,7 +17,7 @@ PACKAGE = Path(torchmem_magic.__file__).parent
 
 #: the bottom of the stack: decides and formats, never measures
 PURE = (
-    "units", "model", "timeline", "verdict", "forensics", "fixes", "report", "results", "step_sampling",
+    "units", "model", "timeline", "verdict", "holders", "forensics", "fixes", "report", "results", "step_sampling",
     "step_requests", "render.text", "check", "suspects", "notebook",
     "scan.results", "scan.introspect", "scan.paths", "scan.autograd", "scan.scanner",
 )

@@ -81,3 +81,27 @@ def test_status_line_shows_the_verdict_as_it_forms() -> None:
     assert "verdict so far" not in seen[0]  # before step 30: no verdict yet
     assert "verdict so far: leak: per-iteration in heap" in seen[1]  # while the loop still runs
     assert "verdict so far: leak: per-iteration in heap" in figure.status.value.replace("&nbsp;", " ")
+
+
+def test_status_line_names_the_growing_holder_while_the_loop_runs() -> None:
+    import torchmem_magic.api
+
+    figure = LiveFigure()
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    namespace = {"outputs": []}  # the holder, where the leak finder looks
+    session = MemwatchSession(10, listener=figure, roots=lambda: torchmem_magic.api._module_roots(namespace))
+    seen = []
+    with session:
+        for step in range(120):
+            optimizer.zero_grad()
+            model(torch.randn(4, 64)).sum().backward()
+            optimizer.step()
+            namespace["outputs"].append(model(torch.randn(1024, 64)))  # ~0.5 MiB of graph a step
+            time.sleep(0.01)
+            if step == 100:
+                seen.append(figure.status.value.replace("&nbsp;", " "))
+    assert "growing: outputs +" in seen[0] and "/step, autograd graphs" in seen[0]  # named while it ran
+    report = session.report
+    assert report is not None and report.live_suspects_at_step is not None and report.live_suspects_at_step <= 50
+    assert report.suspects[0].name == "outputs" and len(report.suspects[0].series) >= 4

@@ -142,6 +142,8 @@ def status_line(status: LiveStatus) -> str:
         parts.append(f"{status.workers} workers")
     if status.verdict:
         parts.append(f"verdict so far: {status.verdict}")
+    if status.holder:
+        parts.append(f"growing: {status.holder}")
     return " · ".join(parts)
 
 

@@ -1,0 +1,155 @@
+"""Holders' own growth, the verdict fused from curves and holders, and the scans that measure them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchmem_magic.holder_tracking import MAX_POINTS, MAX_SCANS, HolderTracker
+from torchmem_magic.holders import first_named_step, fuse, holder_trend, live_holder_line, with_trends
+from torchmem_magic.model import Suspect
+from torchmem_magic.scan.results import Root
+from torchmem_magic.verdict import Diagnosis
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def points(sizes: list[float], every: int = 10) -> list[tuple[int, int]]:
+    return [(i * every, int(size)) for i, size in enumerate(sizes)]
+
+
+def suspect(name: str, series: list[tuple[int, int]], kind: str = "autograd-graph", new: bool = True) -> Suspect:
+    last = series[-1][1] if series else 0
+    return Suspect(name, f"{name}[0]", kind, 10, 100, last, new, f"fix {name}", series=tuple(series))
+
+
+def diagnosis(verdict: str = "clean", per_step: float | None = None, advice: tuple[str, ...] = ()) -> Diagnosis:
+    kind = "per-iteration" if verdict == "leak" else None
+    return Diagnosis(verdict, kind, "heap" if kind else None, per_step, None, None, None, advice)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- one holder's trend
+
+
+def test_a_steadily_growing_holder_grows_at_its_rate() -> None:
+    trend = holder_trend("total", points([i * 55 * KIB for i in range(12)]))  # 5.5 KiB a step
+    assert trend.growing and not trend.bounded
+    assert trend.growth_per_step == pytest.approx(5.5 * KIB)
+
+
+def test_flat_filled_then_flat_and_shrinking_holders_are_bounded() -> None:
+    assert holder_trend("last", points([7_000] * 10)).bounded
+    warmup = [min(i, 5) * MIB for i in range(20)]  # fills for 5 scans, then 15 flat
+    assert holder_trend("cache", points(warmup)).bounded
+    assert holder_trend("shrinking", points([(20 - i) * MIB for i in range(20)])).bounded
+
+
+def test_too_few_scans_say_nothing_and_noise_is_not_growth() -> None:
+    few = holder_trend("x", points([0, MIB, 2 * MIB]))
+    assert few.growth_per_step is None and not few.growing and not few.bounded
+    wobble = [10 * MIB + (64 * KIB if i % 2 else 0) for i in range(16)]
+    assert holder_trend("x", points(wobble)).bounded
+
+
+def test_the_step_a_holder_is_first_clearly_growing() -> None:
+    series = {"idle": points([MIB] * 10), "val_outputs": points([0, 0, 0, 2 * MIB, 4 * MIB, 6 * MIB, 8 * MIB, 10 * MIB])}
+    assert first_named_step(series) == 40  # the second rise: one jump is not a trend
+    assert first_named_step({"idle": points([MIB] * 10)}) is None
+
+
+def test_the_live_line_names_the_fastest_growing_holder() -> None:
+    trends = [holder_trend("slow", points([i * 100 * KIB for i in range(10)])), holder_trend("fast", points([i * 30 * MIB for i in range(10)]))]
+    assert live_holder_line(trends, {"fast": "autograd-graph"}, "optimizer") == "fast +3.0 MiB/step, autograd graphs"
+    assert live_holder_line(trends[:1], {}, "batch") == "slow +10.0 KiB/batch, tensors"
+    assert live_holder_line([holder_trend("flat", points([MIB] * 10))], {}, "optimizer") is None
+
+
+def test_suspects_get_their_series_rate_and_first_scan() -> None:
+    plain = suspect("history", [])
+    filled = with_trends([plain], {"history": [(0, 0), (10, MIB), (20, 2 * MIB), (30, 3 * MIB)]})[0]
+    assert filled.series == ((0, 0), (10, MIB), (20, 2 * MIB), (30, 3 * MIB)) and filled.first_seen_step == 0
+    assert filled.growth_per_step == pytest.approx(MIB / 10)
+    assert with_trends([plain], {})[0] == plain
+
+
+# ----------------------------------------------------------------------------- one verdict from both
+
+
+def test_a_growing_holder_is_a_leak_no_curve_shows() -> None:
+    total = suspect("total", points([i * 55 * KIB for i in range(12)]))
+    fused = fuse(diagnosis("clean"), [total], "optimizer", headroom_bytes=11 * MIB, steps_per_s=100.0)
+    assert (fused.verdict, fused.leak_kind, fused.resource) == ("leak", "per-iteration", "heap")
+    assert fused.per_step_bytes == pytest.approx(5.5 * KIB)
+    assert fused.steps_to_exhaustion == pytest.approx(11 * MIB / (5.5 * KIB)) and fused.seconds_to_exhaustion == pytest.approx(20.48, rel=0.01)
+    assert fused.advice[0] == "per-iteration leak: total grows +5.5 KiB/step, too little for the curves to show yet"
+    assert fused.advice[1].startswith("at +5.5 KiB/step this kernel is OOM-killed in ~2,048 steps")
+
+
+def test_agreement_and_disagreement_are_said() -> None:
+    outputs = suspect("val_outputs", points([i * 10 * MIB for i in range(10)]))  # 1 MiB a step
+    agree = fuse(diagnosis("leak", MIB, ("per-iteration leak in heap: 1.0 MiB/step",)), [outputs], "optimizer", None, None)
+    assert agree.advice[1] == "heap +1.0 MiB/step, and val_outputs grows +1.0 MiB/step: that is where it goes"
+    flat = suspect("cache", points([5 * MIB] * 10), kind="tensor-cache")
+    alone = fuse(diagnosis("leak", MIB, ("per-iteration leak in heap: 1.0 MiB/step",)), [flat], "optimizer", None, None)
+    assert alone.verdict == "leak" and alone.advice[-2].startswith("no variable in the namespace grows with the steps")
+    assert alone.advice[-1] == "cache holds 5.0 MiB (bounded: it did not grow over the run)"
+    untracked = fuse(diagnosis("leak", MIB, ("x",)), [], "optimizer", None, None, tracked=False)
+    assert untracked.advice == ("x",)
+
+
+def test_graphs_new_in_the_cell_that_do_not_grow_are_not_a_leak() -> None:
+    suspected = diagnosis("suspect", advice=("last holds autograd graphs that grew in this cell; the curves cannot show it yet",))
+    last = suspect("last", points([9_800] * 12))  # the last step's 14-node graph, kept
+    assert fuse(suspected, [last], "optimizer", None, None).verdict == "clean"
+    unjudged = suspect("last", points([9_800] * 2))
+    still = fuse(suspected, [unjudged], "optimizer", None, None)
+    assert still.verdict == "suspect" and still.advice[0].startswith("last holds autograd graphs new in this cell; too few scans")
+
+
+# ----------------------------------------------------------------------------- the scans during the run
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_scans_record_sizes_from_the_baseline_and_stay_within_budget() -> None:
+    clock = FakeClock()
+    cache: list[torch.Tensor] = []
+    tracker = HolderTracker(lambda: [Root("cache", "user", "cache", cache)], {"cache": 0}, clock=clock)
+    scanned_at = []
+    for step in range(1, 2001):
+        cache.append(torch.ones(1024))  # 4 KiB a step
+        clock.now += 0.001  # a 1 ms step
+        if tracker.due():
+            scanned_at.append(step)
+            tracker.scan(step)
+            clock.now += 0.005  # each scan "costs" 5 ms
+    series = tracker.snapshot()["cache"]
+    assert series[0] == (0, 0) and series[1][0] == scanned_at[0]
+    assert [s for s, _ in series[1:]] == scanned_at[: len(series) - 1] or len(scanned_at) > MAX_POINTS
+    assert all(b > a for (_, a), (_, b) in zip(series, series[1:]))
+    run_s = clock.now
+    assert tracker.spent_s <= 0.03 + 0.01 * run_s + 0.005  # the one-off allowance, 1 % of the run, one scan over
+    assert tracker.kinds["cache"] == "tensor-cache"
+    assert holder_trend("cache", series).growing
+
+
+def test_scans_are_bounded_in_number_points_and_restart_with_a_new_clock() -> None:
+    clock = FakeClock()
+    kept: list[torch.Tensor] = []
+    tracker = HolderTracker(lambda: [Root("kept", "user", "kept", kept)], budget_share=1.0, min_gap_s=0.0, clock=clock)
+    for step in range(1, 500):
+        kept.append(torch.ones(16))
+        clock.now += 1.0
+        if tracker.due():
+            tracker.scan(step)
+    assert tracker.scans == MAX_SCANS and len(tracker.snapshot()["kept"]) <= MAX_POINTS
+    tracker.restart()
+    assert tracker.snapshot() == {}
+    final = tracker.add_final(499, {"kept": 7_000})
+    assert final == {"kept": [(499, 7_000)]}

@@ -1,0 +1,116 @@
+"""The leak finder during the run: bounded scans at step boundaries, each holder's size over the steps.
+
+Scans walk user objects, so they run on the training thread, between two steps (never from the
+sampler thread, which would race the user's code). Each scan is limited in time and in autograd
+nodes, and the next one waits until the scans so far cost at most `budget_share` of the run's time.
+Most scans re-measure only the holders already known (cheap); every few scans a full one looks for
+new ones. Only names, step numbers and byte counts are kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from .scan.results import Budget, Root
+from .scan.scanner import scan_roots
+from .suspects import classify
+
+#: Few nodes per scan: touching tens of thousands of nodes of one long autograd chain from Python
+#: makes its later deletion overflow the C stack, and scans repeat, so a run touches at most
+#: MAX_SCANS x 200 nodes of any chain (the end-of-cell scan adds its own 20,000).
+MID_RUN_BUDGET = Budget(time_s=0.05, graph_node_cap=200, max_findings=0)
+MAX_SCANS = 40
+MAX_HOLDERS = 32
+MAX_POINTS = 64
+FULL_SCAN_EVERY = 5
+
+
+class HolderTracker:
+    """Each holder's retained bytes at scans during the run: `{name: [(step, bytes), ...]}`.
+
+    Args:
+        roots: where to look (the same provider the end-of-cell scan uses).
+        baseline: retained bytes per name before the cell (their series start at step 0).
+        budget_share: most of the run's wall time the scans may take, beyond a one-off `start_allowance_s`
+            that lets the first scans come quickly (a holder is named within a few dozen steps).
+        min_gap_s: least time between two scans.
+        clock: seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        roots: Callable[[], list[Root]],
+        baseline: dict[str, int] | None = None,
+        budget_share: float = 0.01,
+        start_allowance_s: float = 0.03,
+        min_gap_s: float = 0.02,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._roots = roots
+        self._baseline = dict(baseline or {})
+        self._budget_share = budget_share
+        self._start_allowance_s = start_allowance_s
+        self._min_gap_s = min_gap_s
+        self._clock = clock
+        self._lock = threading.Lock()  # series are written here and read by the live figure's thread
+        self._series: dict[str, list[tuple[int, int]]] = {}
+        self.kinds: dict[str, str] = {}  # name -> suspect kind at the last scan ("autograd-graph", ...)
+        self._started_s = clock()
+        self._next_scan_s = self._started_s
+        self.scans = 0
+        self.spent_s = 0.0
+
+    def due(self) -> bool:
+        """Cheap: whether a scan may run now (called at every step)."""
+        return self.scans < MAX_SCANS and self._clock() >= self._next_scan_s
+
+    def scan(self, step: int) -> None:
+        """Measure the holders now, at `step`; then wait until the scans' share of the run is back
+        under the budget."""
+        started = self._clock()
+        roots = self._roots()
+        full = self.scans % FULL_SCAN_EVERY == 0 or not self._series
+        if not full:
+            roots = [r for r in roots if r.name in self._series]
+        result = scan_roots(roots, MID_RUN_BUDGET)
+        del roots
+        with self._lock:
+            for stats in result.roots:
+                if stats.truncated or not stats.tensors:
+                    continue  # a partial figure would read as a fall, or it holds nothing
+                series = self._series.get(stats.name)
+                if series is None:
+                    if len(self._series) >= MAX_HOLDERS:
+                        continue
+                    before = self._baseline.get(stats.name)
+                    series = self._series[stats.name] = [] if before is None else [(0, before)]
+                self.kinds[stats.name] = classify(stats) or "tensors"
+                series.append((step, stats.retained_bytes))
+                if len(series) > MAX_POINTS:
+                    del series[1::2]  # keep the first point (the baseline) and every other one
+        self.scans += 1
+        now = self._clock()
+        self.spent_s += now - started
+        # the scans so far stay within budget_share of the run when the next one waits until then
+        over_allowance_s = max(0.0, self.spent_s - self._start_allowance_s)
+        self._next_scan_s = max(now + self._min_gap_s, self._started_s + over_allowance_s / self._budget_share)
+
+    def restart(self) -> None:
+        """A better step clock replaced the current one: the steps recorded so far mean something else."""
+        with self._lock:
+            self._series.clear()
+
+    def snapshot(self) -> dict[str, list[tuple[int, int]]]:
+        with self._lock:
+            return {name: list(points) for name, points in self._series.items()}
+
+    def add_final(self, step: int, sizes: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
+        """The series with the end-of-cell scan's figures as their last points."""
+        series = self.snapshot()
+        for name, size in sizes.items():
+            points = series.setdefault(name, [] if name not in self._baseline else [(0, self._baseline[name])])
+            if not points or points[-1][0] < step:
+                points.append((step, size))
+        return series

@@ -1,0 +1,156 @@
+"""Whether a holder grows with the steps, and one verdict from the curves and the holders (pure).
+
+The leak finder measures each holder (a name in the namespace that keeps tensors or autograd graphs
+alive) at scans during the run. A holder's own size is the strongest evidence there is: it is exact
+where the curves are noisy, and it shows leaks no curve can (graph nodes piling up after backward,
+a few KiB a step). A holder that grows with the steps is a leak; one that is new but stays the same
+size is not, however big.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .model import Suspect
+from .units import format_bytes, format_duration, plural_noun, rate_unit
+from .verdict import Diagnosis, theil_sen
+
+MIN_POINTS = 4  # scans needed before a holder's trend is judged
+MIN_GROWTH_BYTES = 256 << 10  # growth below this over the run is not called a leak
+STILL_GROWING = 0.3  # the late half's slope must be at least this share of the whole slope
+MOSTLY_UP = 0.6  # share of scan-to-scan changes that must be increases
+BOUNDED_MENTION_BYTES = 1 << 20  # a bounded holder this big is still worth a line
+
+
+@dataclass(frozen=True)
+class HolderTrend:
+    """How one holder's size moved over the run's scans."""
+
+    name: str
+    growth_per_step: float | None  # Theil–Sen slope, bytes per step; None with too few scans
+    growing: bool  # grows with the steps and still did at the end
+    bounded: bool  # enough scans, and it does not grow (a warm-up that stopped counts as bounded)
+    last_bytes: int
+
+
+def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
+    """Judge one holder from its (step, retained bytes) points."""
+    points = sorted(series)
+    last = points[-1][1] if points else 0
+    steps = [float(s) for s, _ in points]
+    if len(points) < MIN_POINTS or steps[-1] - steps[0] < MIN_POINTS:
+        return HolderTrend(name, None, False, False, last)
+    sizes = [float(b) for _, b in points]
+    slope, _ = theil_sen(steps, sizes)
+    growth = slope * (steps[-1] - steps[0])
+    late = len(points) // 2
+    late_slope, _ = theil_sen(steps[late:], sizes[late:]) if len(points) - late >= 2 else (slope, 0.0)
+    changes = [b - a for a, b in zip(sizes, sizes[1:]) if b != a]
+    rises = sum(1 for c in changes if c > 0)
+    mostly_up = rises >= 2 and rises >= MOSTLY_UP * len(changes)  # one jump is not a trend
+    growing = growth >= MIN_GROWTH_BYTES and mostly_up and late_slope >= STILL_GROWING * slope > 0
+    return HolderTrend(name, slope, growing, not growing, last)
+
+
+def first_named_step(series: dict[str, list[tuple[int, int]]]) -> int | None:
+    """The step at which a holder first showed clear growth in the scans: when the live status line
+    names it."""
+    named = []
+    for name, points in series.items():
+        ordered = sorted(points)
+        for k in range(MIN_POINTS, len(ordered) + 1):
+            if holder_trend(name, ordered[:k]).growing:
+                named.append(ordered[k - 1][0])
+                break
+    return min(named, default=None)
+
+
+def with_trends(suspects: Sequence[Suspect], series: dict[str, list[tuple[int, int]]]) -> tuple[Suspect, ...]:
+    """The suspects with their scan series and growth per step filled in."""
+    out = []
+    for suspect in suspects:
+        points = tuple(series.get(suspect.name, ()))
+        if not points:
+            out.append(suspect)
+            continue
+        trend = holder_trend(suspect.name, points)
+        out.append(replace(suspect, series=points, growth_per_step=trend.growth_per_step, first_seen_step=points[0][0]))
+    return tuple(out)
+
+
+def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock: str) -> str | None:
+    """'val_outputs +2.9 MiB/step, autograd graphs': the fastest-growing holder, once one is clear."""
+    growing = [t for t in trends if t.growing and t.growth_per_step]
+    if not growing:
+        return None
+    top = max(growing, key=lambda t: t.growth_per_step or 0.0)
+    what = {"autograd-graph": "autograd graphs", "tensor-cache": "tensors"}.get(kinds.get(top.name, ""), "tensors")
+    return f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(clock)}, {what}"
+
+
+def fuse(
+    diagnosis: Diagnosis,
+    suspects: Sequence[Suspect],
+    clock: str,
+    headroom_bytes: float | None,
+    steps_per_s: float | None,
+    tracked: bool = True,
+) -> Diagnosis:
+    """One verdict from the curves' diagnosis and the holders' own growth.
+
+    - A holder that grows with the steps is a leak even when no curve can show it; its rate and an
+      exhaustion projection come from its own series.
+    - A holder that does not grow is not a leak (mentioned when it is big, as bounded).
+    - Agreement and disagreement between the two are said plainly (`tracked`: the holders were
+      scanned during the run, so "no holder grows" means something).
+    """
+    unit, steps_word = rate_unit(clock), plural_noun(clock)
+    trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
+    growing = sorted((t for t in trends.values() if t.growing), key=lambda t: -(t.growth_per_step or 0.0))
+    advice = [a for a in diagnosis.advice if "holds autograd graphs that grew" not in a]
+    bounded = [
+        f"{t.name} holds {format_bytes(t.last_bytes)} (bounded: it did not grow over the run)"
+        for t in trends.values() if t.bounded and t.last_bytes >= BOUNDED_MENTION_BYTES
+    ]
+    if growing:
+        top = growing[0]
+        rate = top.growth_per_step or 0.0
+        holder_rate = f"{format_bytes(rate, signed=True)}/{unit}"
+        if diagnosis.verdict == "leak":
+            curve_rate = diagnosis.per_step_bytes or 0.0
+            if curve_rate > 0 and 0.5 <= rate / curve_rate <= 2.0:
+                advice.insert(1, f"{diagnosis.resource} {format_bytes(curve_rate, signed=True)}/{unit}, and "
+                                 f"{top.name} grows {holder_rate}: that is where it goes")
+            else:
+                advice.insert(1, f"{top.name} grows {holder_rate} of the {diagnosis.resource}'s "
+                                 f"{format_bytes(curve_rate, signed=True)}/{unit}")
+            return replace(diagnosis, advice=(*advice, *bounded))
+        exhaustion = headroom_bytes / rate if headroom_bytes and rate > 0 else None
+        seconds = exhaustion / steps_per_s if exhaustion is not None and steps_per_s else None
+        lines = [f"per-iteration leak: {top.name} grows {holder_rate}, too little for the curves to show yet"]
+        if exhaustion is not None:
+            if clock == "time":
+                when = f"~{format_duration(exhaustion, rough=True)}"
+            else:
+                when = f"~{exhaustion:,.0f} {steps_word}" + (f" (~{format_duration(seconds, rough=True)})" if seconds else "")
+            lines.append(f"at {holder_rate} this kernel is OOM-killed in {when}")
+        return replace(
+            diagnosis, verdict="leak", leak_kind="per-iteration", resource="heap", per_step_bytes=rate,
+            per_step_error_bytes=None, steps_to_exhaustion=exhaustion, seconds_to_exhaustion=seconds,
+            advice=(*lines, *advice, *bounded),
+        )
+    new_graphs = [s.name for s in suspects if s.kind == "autograd-graph" and s.new_in_cell]
+    if diagnosis.verdict == "suspect" and diagnosis.leak_kind is None and new_graphs:
+        if all(name in trends and trends[name].bounded for name in new_graphs):
+            # the only evidence was graphs new in the cell, and none of them grows
+            return replace(diagnosis, verdict="clean", advice=(*advice, *bounded))
+        advice = [f"{', '.join(new_graphs)} holds autograd graphs new in this cell; too few scans to tell whether "
+                  "they grow", *advice]
+        return replace(diagnosis, advice=(*advice, *bounded))
+    judged = all(trends.get(s.name) is not None and trends[s.name].growth_per_step is not None
+                 for s in suspects if s.new_in_cell)
+    if diagnosis.verdict == "leak" and tracked and judged:
+        advice.append("no variable in the namespace grows with the steps: the memory is held elsewhere "
+                      "(a function's local variables, a library's cache) or kept by the allocator")
+    return replace(diagnosis, advice=(*advice, *bounded))
