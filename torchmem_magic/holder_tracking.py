@@ -3,8 +3,9 @@
 Scans walk user objects, so they run on the training thread, between two steps (never from the
 sampler thread, which would race the user's code). Each scan is limited in time and in autograd
 nodes, and the next one waits until the scans so far cost at most `budget_share` of the run's time.
-Most scans re-measure only the holders already known (cheap); every few scans a full one looks for
-new ones. Only names, step numbers and byte counts are kept.
+Most scans re-measure only the holders already known and the names new in the cell (cheap); every
+few scans, budget permitting, a full one looks everywhere. Only names, step numbers and byte counts
+are kept.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .scan.results import Budget, Root
+from .scan.results import Budget, Root, RootStats
 from .scan.scanner import scan_roots
 from .suspects import classify
 
@@ -21,7 +22,11 @@ from .suspects import classify
 #: makes its later deletion overflow the C stack, and scans repeat, so a run touches at most
 #: MAX_SCANS x 200 nodes of any chain (the end-of-cell scan adds its own 20,000).
 MID_RUN_BUDGET = Budget(time_s=0.05, graph_node_cap=200, max_findings=0)
-MAX_SCANS = 40
+MAX_SCANS = 60
+#: scans thin out as the run goes on (each waits a quarter of the run so far), so MAX_SCANS cover
+#: the first seconds densely and still reach hours into a long run
+GAP_SHARE_OF_RUN = 0.25
+CHEAP_OBJECTS = 10_000  # a name whose scan met fewer objects than this is cheap to re-measure
 MAX_HOLDERS = 32
 MAX_POINTS = 64
 FULL_SCAN_EVERY = 5
@@ -33,6 +38,10 @@ class HolderTracker:
     Args:
         roots: where to look (the same provider the end-of-cell scan uses).
         baseline: retained bytes per name before the cell (their series start at step 0).
+        cheap: names whose scan before the cell met few objects: re-measured at every scan (an empty
+            list that the loop fills is one); the others only at the full scans.
+        full_scan_cost_s: what a scan of everything is expected to cost (the scan before the cell
+            tells), so the first full scan also waits for room in the budget.
         budget_share: most of the run's wall time the scans may take, beyond a one-off `start_allowance_s`
             that lets the first scans come quickly (a holder is named within a few dozen steps).
         min_gap_s: least time between two scans.
@@ -43,6 +52,8 @@ class HolderTracker:
         self,
         roots: Callable[[], list[Root]],
         baseline: dict[str, int] | None = None,
+        cheap: set[str] | None = None,
+        full_scan_cost_s: float = 0.0,
         budget_share: float = 0.01,
         start_allowance_s: float = 0.03,
         min_gap_s: float = 0.02,
@@ -50,6 +61,7 @@ class HolderTracker:
     ) -> None:
         self._roots = roots
         self._baseline = dict(baseline or {})
+        self._cheap = set(cheap or ())
         self._budget_share = budget_share
         self._start_allowance_s = start_allowance_s
         self._min_gap_s = min_gap_s
@@ -61,6 +73,7 @@ class HolderTracker:
         self._next_scan_s = self._started_s
         self.scans = 0
         self.spent_s = 0.0
+        self._full_cost_s = min(full_scan_cost_s, MID_RUN_BUDGET.time_s)  # what the last scan of everything cost
 
     def due(self) -> bool:
         """Cheap: whether a scan may run now (called at every step)."""
@@ -68,16 +81,34 @@ class HolderTracker:
 
     def scan(self, step: int) -> None:
         """Measure the holders now, at `step`; then wait until the scans' share of the run is back
-        under the budget."""
+        under the budget.
+
+        Most scans look only at the holders already tracked and the names new in the cell (cheap);
+        every FULL_SCAN_EVERY-th looks at everything, when the budget has room for what the last
+        full scan cost (a long session's namespace can take the whole 50 ms)."""
         started = self._clock()
         roots = self._roots()
-        full = self.scans % FULL_SCAN_EVERY == 0 or not self._series
+        allowed_s = self._start_allowance_s + self._budget_share * (started - self._started_s)
+        full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self.spent_s + self._full_cost_s <= allowed_s
         if not full:
-            roots = [r for r in roots if r.name in self._series]
-        result = scan_roots(roots, MID_RUN_BUDGET)
+            roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
+        result = scan_roots(roots, MID_RUN_BUDGET) if roots else None
         del roots
+        if result is not None:
+            self._record(step, result.roots)
+        self.scans += 1
+        now = self._clock()
+        self.spent_s += now - started
+        if full:
+            self._full_cost_s = now - started
+        over_allowance_s = max(0.0, self.spent_s - self._start_allowance_s)
+        # the scans so far stay within budget_share of the run when the next one waits until then
+        gap_s = max(self._min_gap_s, GAP_SHARE_OF_RUN * (now - self._started_s))
+        self._next_scan_s = max(now + gap_s, self._started_s + over_allowance_s / self._budget_share)
+
+    def _record(self, step: int, measured: list[RootStats]) -> None:
         with self._lock:
-            for stats in result.roots:
+            for stats in measured:
                 if stats.truncated or not stats.tensors:
                     continue  # a partial figure would read as a fall, or it holds nothing
                 series = self._series.get(stats.name)
@@ -90,12 +121,6 @@ class HolderTracker:
                 series.append((step, stats.retained_bytes))
                 if len(series) > MAX_POINTS:
                     del series[1::2]  # keep the first point (the baseline) and every other one
-        self.scans += 1
-        now = self._clock()
-        self.spent_s += now - started
-        # the scans so far stay within budget_share of the run when the next one waits until then
-        over_allowance_s = max(0.0, self.spent_s - self._start_allowance_s)
-        self._next_scan_s = max(now + self._min_gap_s, self._started_s + over_allowance_s / self._budget_share)
 
     def restart(self) -> None:
         """A better step clock replaced the current one: the steps recorded so far mean something else."""

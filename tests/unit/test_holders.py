@@ -120,7 +120,7 @@ class FakeClock:
 def test_scans_record_sizes_from_the_baseline_and_stay_within_budget() -> None:
     clock = FakeClock()
     cache: list[torch.Tensor] = []
-    tracker = HolderTracker(lambda: [Root("cache", "user", "cache", cache)], {"cache": 0}, clock=clock)
+    tracker = HolderTracker(lambda: [Root("cache", "user", "cache", cache)], {"cache": 0}, {"cache"}, clock=clock)
     scanned_at = []
     for step in range(1, 2001):
         cache.append(torch.ones(1024))  # 4 KiB a step
@@ -139,7 +139,10 @@ def test_scans_record_sizes_from_the_baseline_and_stay_within_budget() -> None:
     assert holder_trend("cache", series).growing
 
 
-def test_scans_are_bounded_in_number_points_and_restart_with_a_new_clock() -> None:
+def test_scans_are_bounded_in_number_points_and_restart_with_a_new_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchmem_magic.holder_tracking
+
+    monkeypatch.setattr(torchmem_magic.holder_tracking, "GAP_SHARE_OF_RUN", 0.0)  # a scan at every step
     clock = FakeClock()
     kept: list[torch.Tensor] = []
     tracker = HolderTracker(lambda: [Root("kept", "user", "kept", kept)], budget_share=1.0, min_gap_s=0.0, clock=clock)
@@ -153,3 +156,19 @@ def test_scans_are_bounded_in_number_points_and_restart_with_a_new_clock() -> No
     assert tracker.snapshot() == {}
     final = tracker.add_final(499, {"kept": 7_000})
     assert final == {"kept": [(499, 7_000)]}
+
+
+def test_scans_thin_out_as_the_run_goes_on() -> None:
+    clock = FakeClock()
+    kept: list[torch.Tensor] = [torch.ones(16)]
+    tracker = HolderTracker(lambda: [Root("kept", "user", "kept", kept)], budget_share=1.0, clock=clock)
+    at = []
+    for step in range(1, 40_001):
+        clock.now += 0.1  # a 100 ms step: 4,000 s in all
+        if tracker.due():
+            at.append(clock.now)
+            tracker.scan(step)
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    assert at[0] == pytest.approx(0.1) and gaps[0] == pytest.approx(0.1)  # dense at first
+    assert all(b >= a - 0.1 - 1e-9 for a, b in zip(gaps, gaps[1:]))  # then further apart (to a step)
+    assert at[-1] > 3000 and tracker.scans < MAX_SCANS  # still measuring near the end of a long run

@@ -87,7 +87,9 @@ class GraphWalker:
                     stats.graph_nodes += extra
                     entry.graph_nodes += extra
                 break
-        if walked_tensors < len(with_graph):
+        if with_graph and not walked_tensors:
+            stats.truncated = True  # out of time before any graph: its figures would miss them all
+        elif walked_tensors < len(with_graph):
             stats.graph_estimated = True
             scale = len(with_graph) / max(walked_tensors, 1)
             stats.graph_nodes = int(stats.graph_nodes * scale)

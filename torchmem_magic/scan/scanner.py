@@ -169,6 +169,9 @@ class Scanner:
             items = children(obj, category)
         plain_objects = 0
         for i, (child, how, token) in enumerate(items):
+            if i & 0x3FFF == 0x3FFF and time.perf_counter() > self._deadline:  # plain data skips the checks below
+                stats.truncated = self.truncated = True
+                break
             child_type = type(child)
             child_category = categories.get(child_type) or category_of(child_type)
             if child_category is ATOMIC or child_category is SKIP:
@@ -188,9 +191,6 @@ class Scanner:
                         self.notes.append(f"{path_text(path)}: only its first {limit:,} non-tensor items were scanned")
                     continue
             out.append((child, (path, how, token), depth))
-            if i % 65536 == 65535 and time.perf_counter() > self._deadline:
-                stats.truncated = self.truncated = True
-                break
         self.plain_objects += plain_objects  # cheap: not held against the object budget
         return out
 
