@@ -104,3 +104,17 @@ def fix_carry_over(name: str, sources: list[str]) -> SourceFix | None:
                 )
                 return SourceFix(ast.unparse(stmt), f"{targets} = {ast.unparse(new_value)}")
     return None
+
+
+def function_sources(name: str, sources: list[str]) -> list[str]:
+    """The source of each `def name` in `sources` (methods and nested functions too), newest first:
+    a function's fix line is looked for in its own body, not wherever the same variable name appears."""
+    found: list[str] = []
+    for source in sources:
+        tree = _parse(source)
+        if tree is not None:
+            found.extend(
+                ast.unparse(node) for node in ast.walk(tree)
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+            )
+    return found

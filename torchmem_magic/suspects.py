@@ -2,23 +2,28 @@
 
 Pure (numbers, paths and source text in; dataclasses out). A holder is a suspect when it keeps
 autograd graphs beyond the last step's (several graph tensors, a long chain, or >= 1 MiB), when a
-builtin container new in the cell caches >= 1 MiB of tensors, or when IPython's output cache or
-last traceback holds tensors.
+builtin container new in the cell caches >= 1 MiB of tensors (held by name, or kept by a function
+between calls: a default argument, a captured variable, a bound method's attribute), or when
+IPython's output cache or last traceback holds tensors. A fix for what a function keeps names the
+function and its variable, as the user wrote them.
 """
 
 from __future__ import annotations
 
 import re
 
-from .fixes import SourceFix, fix_accumulate, fix_append, fix_carry_over
+from .fixes import SourceFix, fix_accumulate, fix_append, fix_carry_over, function_sources
 from .model import Suspect
 from .results import MemcheckResult
-from .scan.results import NODE_BYTES, RootStats, ScanResult
+from .scan.results import NODE_BYTES, FunctionSlot, RootStats, ScanResult, SlotStats
 
 MIB = 1 << 20
 CHAIN_NODES = 100  # one tensor with this many graph nodes is a chain growing step by step
 CONTAINER_TYPES = {"list", "dict", "tuple", "deque", "set", "defaultdict", "OrderedDict"}
 _LAST_SUBSCRIPT = re.compile(r"(\[[^\[\]]*\]|\{…\}|\.keys\(\)\[[^\[\]]*\])$")
+_EMPTY = {"list": "[]", "dict": "{}", "set": "set()", "deque": "collections.deque()",
+          "OrderedDict": "collections.OrderedDict()", "defaultdict": "collections.defaultdict(list)"}
+_TENSOR_TYPES = {"Tensor", "Parameter"}
 
 
 def container_path(tensor_path: str) -> str:
@@ -38,7 +43,36 @@ def classify(stats: RootStats) -> str | None:
         return "autograd-graph"
     if stats.holder_type in CONTAINER_TYPES and stats.tensors >= 2 and stats.retained_bytes >= MIB:
         return "tensor-cache"
+    if cache_slot(stats) is not None:
+        return "tensor-cache"
     return None
+
+
+def cache_slot(stats: RootStats) -> SlotStats | None:
+    """The largest builtin container a function keeps between calls (`store=[]`, a captured `cache`, a
+    method's `self.outputs`) that holds >= 2 tensors and >= 1 MiB: a cache, whatever holds the function."""
+    caches = [
+        held for held in stats.slots.values()
+        if held.slot.holds in CONTAINER_TYPES and held.tensors >= 2 and held.tensor_bytes >= MIB
+    ]
+    return max(caches, key=lambda held: held.tensor_bytes, default=None)
+
+
+def suspect_path(stats: RootStats, kind: str) -> str:
+    """Where a suspect is shown: the cache a function keeps, else a graph-holding tensor, else the first."""
+    cache = cache_slot(stats) if kind == "tensor-cache" else None
+    if cache is not None and cache.first_tensor_path is not None:
+        return cache.first_tensor_path
+    return (stats.graph_paths or [stats.first_tensor_path or stats.path])[0]
+
+
+def slot_holding(stats: RootStats, path: str) -> tuple[str, SlotStats] | None:
+    """The innermost function slot on `path` (by the slot's own path), or None."""
+    entered = [
+        (slot_path, held) for slot_path, held in stats.slots.items()
+        if path == slot_path or (path.startswith(slot_path) and path[len(slot_path)] in ".[{")
+    ]
+    return max(entered, key=lambda found: len(found[0]), default=None)
 
 
 def _with_line(fix: SourceFix | None, fallback: str) -> str:
@@ -51,6 +85,10 @@ def fix_for(stats: RootStats, kind: str, sources: list[str]) -> str:
         return "torchmem_magic.release_output_cache()  # = %reset -f out, plus the hidden _/__/___ copies"
     if kind == "traceback":
         return "torchmem_magic.release_last_exception()  # drops sys.last_* and IPython's copy of the traceback"
+    path = suspect_path(stats, kind)
+    held = slot_holding(stats, path)
+    if held is not None:
+        return _function_fix(kind, stats, path, held, sources)
     holds_itself = stats.first_tensor_path == stats.path  # the name is a tensor, not a container
     if kind == "autograd-graph" and holds_itself:
         if stats.scalar_tensors:
@@ -62,7 +100,7 @@ def fix_for(stats: RootStats, kind: str, sources: list[str]) -> str:
             fix_carry_over(stats.name, sources),
             f"{stats.name} = {stats.name}.detach()  # cut the graph carried into the next step",
         )
-    container = container_path((stats.graph_paths or [stats.first_tensor_path or stats.path])[0])
+    container = container_path(path)
     if kind == "autograd-graph" and stats.saved_live:  # activations still saved: no backward ran
         found = fix_append(container, "detach", sources)
         where = f" (it fills it with `{found.before}`)" if found else ""
@@ -81,6 +119,87 @@ def fix_for(stats: RootStats, kind: str, sources: list[str]) -> str:
     )
 
 
+def _function_fix(kind: str, stats: RootStats, path: str, held: tuple[str, SlotStats], sources: list[str]) -> str:
+    """The fix for what a function keeps between calls, in the function's own names, with the changed
+    line from the function's own body where a source shows it."""
+    slot_path, slot_stats = held
+    slot = slot_stats.slot
+    body = function_sources(slot.function, sources)
+    if path == slot_path:  # the variable is the tensor itself
+        return f"{_slot_words(slot)} {_carried_tensor_fix(kind, slot_stats, body)}"
+    variable = _slot_variable(slot)
+    local = variable + container_path(path)[len(slot_path):]  # `store`, `self.outputs`, `cache['val']`
+    subject = _slot_words(slot) if local == variable else f"`{local}` in {_slot_words(slot)}"
+    what = "every tensor and its autograd graph" if kind == "autograd-graph" else "every tensor"
+    return f"{subject} keeps {what} across calls: {_remedy(kind, stats, slot_stats, local, body)}"
+
+
+def _slot_variable(slot: FunctionSlot) -> str:
+    return f"self.{slot.variable}" if slot.kind == "attribute" else slot.variable
+
+
+def _noun(type_name: str) -> str:
+    return "tensor" if type_name in _TENSOR_TYPES else type_name
+
+
+def _slot_words(slot: FunctionSlot) -> str:
+    """The slot as its user knows it: "log()'s default argument `store`", "the list `cache` captured by
+    log() (make_logger's closure)", "the list `self.outputs` of the Recorder that record() is bound to"."""
+    function = f"{slot.function}()"
+    if slot.kind == "default":
+        return f"{function}'s default argument `{slot.variable}`"
+    if slot.kind == "closure":
+        closure = f" ({slot.outer}'s closure)" if slot.outer else ""
+        return f"the {_noun(slot.holds)} `{slot.variable}` captured by {function}{closure}"
+    owner = slot.outer or "object"
+    return f"the {_noun(slot.holds)} `self.{slot.variable}` of the {owner} that {function} is bound to"
+
+
+def _remedy(kind: str, stats: RootStats, held: SlotStats, local: str, body: list[str]) -> str:
+    """A default argument is made per call (and, to keep a history, holds less); a closure's or an
+    object's container holds less: numbers, tensors without their graph, or a rolling window."""
+    slot = held.slot
+    method = "item" if held.scalar_tensors == held.tensors else "detach" if kind == "autograd-graph" else None
+    found = fix_append(local, method, body) if method else None
+    if slot.kind == "default":
+        name, empty = slot.variable, _EMPTY.get(slot.holds, "...")
+        fresh = f"use `{name}=None` and create the {_noun(slot.holds)} inside (`if {name} is None: {name} = {empty}`)"
+        if method is None or found is None:
+            return fresh
+        return f"{fresh}; to keep a history, {_storing(kind, stats, method, found, local, slot.function)}"
+    if method is None:  # no graphs, not numbers: the tensors themselves are the memory
+        return (
+            f"keep only what you need (a rolling window `{local} = collections.deque(maxlen=100)`, "
+            "or summaries instead of whole tensors)"
+        )
+    return _storing(kind, stats, method, found, local, slot.function)
+
+
+def _storing(kind: str, stats: RootStats, method: str, found: SourceFix | None, local: str, function: str) -> str:
+    """Store less per call; while no backward ran, not recording the graph at all works too."""
+    stored = "numbers" if method == "item" else "tensors without their graph"
+    if found is None:
+        text = f"store {stored} (`{local}.append(x.{method}())` in {function}())"
+    else:
+        text = f"store {stored}: `{found.after}` (was `{found.before}`)"
+    if kind == "autograd-graph" and stats.saved_live:  # activations still saved: no backward ran
+        return f"{text}, or compute them under `with torch.no_grad():`"
+    return text
+
+
+def _carried_tensor_fix(kind: str, held: SlotStats, body: list[str]) -> str:
+    """A tensor a function keeps as such (`nonlocal total; total += loss`) chains every call's graph."""
+    variable = _slot_variable(held.slot)
+    if kind != "autograd-graph":
+        return f"keeps this tensor across calls: set `{variable} = None` once it is no longer needed"
+    if held.scalar_tensors:
+        fix, fallback = fix_accumulate(variable, body), f"{variable} += loss.item()"
+    else:
+        fix, fallback = fix_carry_over(variable, body), f"{variable} = {variable}.detach()"
+    line = f"`{fallback}`" if fix is None else f"`{fix.after}` (was `{fix.before}`)"
+    return f"chains every call's autograd graph: {line}"
+
+
 def suspects_from_scan(
     result: ScanResult, sources: list[str], baseline: dict[str, int] | None = None
 ) -> list[Suspect]:
@@ -97,7 +216,7 @@ def suspects_from_scan(
         suspects.append(
             Suspect(
                 name=stats.name,
-                path=(stats.graph_paths or [stats.first_tensor_path or stats.path])[0],
+                path=suspect_path(stats, kind),
                 kind=kind,
                 tensors=stats.tensors,
                 graph_nodes=stats.graph_nodes,
@@ -142,7 +261,7 @@ def memcheck_result(expr: str, result: ScanResult, sources: list[str], namespace
             kind = classify(s) or ("autograd-graph" if s.graph_tensors else None)
             if kind:
                 suspects.append(
-                    Suspect(s.name, (s.graph_paths or [s.first_tensor_path or s.path])[0], kind, s.tensors,
+                    Suspect(s.name, suspect_path(s, kind), kind, s.tensors,
                             s.graph_nodes, s.retained_bytes, False, fix_for(s, kind, sources))
                 )
     advice = _advice(stats, suspects)

@@ -110,6 +110,26 @@ def test_history_of_losses_after_backward_is_named_with_its_nodes(k: Kernel) -> 
     k.ok("del history")
 
 
+def test_a_default_argument_list_that_caches_detached_losses_is_named_with_its_fix(k: Kernel) -> None:
+    k.ok("def log(t, store=[]):\n    store.append(t)\n    return len(store)")
+    k.ok(
+        "%%memwatch -q\n"
+        "for step in range(24):\n"
+        "    x = torch.randn(2048, 256)\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), torch.zeros(2048, 10), reduction='none')\n"
+        "    opt.zero_grad(); loss.mean().backward(); opt.step()\n"
+        "    log(loss.detach())\n"
+    )
+    top = k.value("torchmem_magic.last_report().suspects[0].to_dict()")
+    assert top["name"] == "log" and top["kind"] == "tensor-cache" and top["new_in_cell"], top
+    assert top["path"].startswith("log.__defaults__[0][")
+    assert top["fix"].startswith("log()'s default argument `store` keeps every tensor across calls")
+    assert "`store=None`" in top["fix"] and "if store is None: store = []" in top["fix"]
+    freed = k.value("freed_by(lambda: log.__defaults__[0].clear())")
+    assert top["retained_bytes"] == pytest.approx(freed, rel=0.15)
+    k.ok("del log")
+
+
 def test_output_cache_holder_found_and_its_fix_frees_it(fresh_kernel: Kernel) -> None:
     k = fresh_kernel
     k.ok(HELPERS)

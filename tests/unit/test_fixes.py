@@ -1,6 +1,6 @@
 """Fix lines written from the user's own code (pure AST work) and suspect classification."""
 
-from torchmem_magic.fixes import fix_accumulate, fix_append, fix_carry_over
+from torchmem_magic.fixes import fix_accumulate, fix_append, fix_carry_over, function_sources
 from torchmem_magic.scan.results import RootStats
 from torchmem_magic.suspects import classify, container_path
 
@@ -35,6 +35,14 @@ def test_accumulate_and_carry_over() -> None:
 def test_newest_source_wins_and_bad_sources_are_skipped() -> None:
     newer = "history.append(loss.detach())"
     assert fix_append("history", "item", ["def broken(:", newer, CELL]).before == newer
+
+
+def test_a_functions_own_body_is_found_nested_or_as_a_method() -> None:
+    cell = "store.append(x)\ndef make():\n    store = []\n    def log(t):\n        store.append(t)\n    return log\n"
+    (body,) = function_sources("log", [cell])
+    assert fix_append("store", "detach", [body]).before == "store.append(t)"
+    assert function_sources("log", [CELL]) == ["def log(self, out):\n    self.hist.append(out)"]
+    assert function_sources("nowhere", [CELL, "def broken(:"]) == []
 
 
 def test_container_path() -> None:

@@ -83,6 +83,7 @@ class Batch:
 
 def test_paths_through_containers_objects_and_modules() -> None:
     t = torch.ones(4)
+    captured = torch.zeros(9)
     Point = collections.namedtuple("Point", "x y")
     holder = {
         "metrics": {"val": [t]},
@@ -91,12 +92,14 @@ def test_paths_through_containers_objects_and_modules() -> None:
         "point": Point(1, torch.zeros(6)),
         "deque": collections.deque([torch.zeros(7)]),
         "closure": (lambda captured=torch.zeros(8): captured),
+        "captured": (lambda: captured),
         "model": torch.nn.Sequential(torch.nn.Linear(2, 2)),
     }
     paths = {f.path for f in memcheck(holder, name="ns").findings}
     assert {
         "ns['metrics']['val'][0]", "ns['logger'].inputs", "ns['slots'].tensor", "ns['point'].y",
-        "ns['deque'][0]", "ns['closure'].__defaults__[0]", "ns['model'][0].weight",
+        "ns['deque'][0]", "ns['closure'].__defaults__[0]", "ns['captured'].__closure__[0].cell_contents",
+        "ns['model'][0].weight",
     } <= paths
 
 

@@ -2,8 +2,9 @@
 
 This is the only module that looks inside user objects, and it does so only through C-level
 accessors chosen by the object's *type*: the base-class methods of list/tuple/deque/dict/set, the
-instance-dict and slot descriptors, closure cells, frame locals, traceback and exception fields.
-It never calls properties, `__getattr__`, or a user class' `__len__`/`__iter__`/`__eq__`/`__hash__`
+instance-dict and slot descriptors, closure cells and defaults (named from the function's code
+object: what a function keeps between calls is a `FunctionSlot`), frame locals, traceback and
+exception fields. It never calls properties, `__getattr__`, or a user class' `__len__`/`__iter__`/`__eq__`/`__hash__`
 (the traversal keeps ids in its visited set, not objects). Tensors, torch's own C++ objects, are
 read through torch's methods while tensor subclasses' `__torch_function__` is disabled.
 """
@@ -11,9 +12,11 @@ read through torch's methods while tensor subclasses' `__torch_function__` is di
 from __future__ import annotations
 
 import types
-from collections import deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+from .results import FunctionSlot
 
 # Categories: what the traversal does with an object of a type.
 ATOMIC = "atomic"  # holds nothing: not visited
@@ -37,6 +40,7 @@ KEY = "key"  # token: the mapping key, `['val']`
 ATTR = "attr"  # token: the attribute name, `.weight`
 KEY_OBJECT = "key-object"  # token: the key itself, reached as `.keys()[...]`
 SUFFIX = "suffix"  # token: the literal text to append
+SLOT = "slot"  # token: (the literal text to append, the FunctionSlot it enters)
 
 Child = tuple[Any, str, Any]  # (child, how it is reached, token)
 StorageKey = tuple[object, ...]  # identifies a tensor's storage, so views count once
@@ -58,6 +62,13 @@ type_dict: Callable[[type], Mapping[str, Any]] = type.__dict__["__dict__"].__get
 _type_mro: Callable[[type], tuple[type, ...]] = type.__dict__["__mro__"].__get__
 _function_closure: Callable[[Any], tuple[Any, ...] | None] = types.FunctionType.__dict__["__closure__"].__get__
 _function_defaults: Callable[[Any], tuple[Any, ...] | None] = types.FunctionType.__dict__["__defaults__"].__get__
+_function_kwdefaults: Callable[[Any], dict[str, Any] | None] = types.FunctionType.__dict__["__kwdefaults__"].__get__
+_function_code: Callable[[Any], types.CodeType] = types.FunctionType.__dict__["__code__"].__get__
+_function_name: Callable[[Any], str] = types.FunctionType.__dict__["__name__"].__get__
+_function_qualname: Callable[[Any], str] = types.FunctionType.__dict__["__qualname__"].__get__
+_code_argcount: Callable[[types.CodeType], int] = types.CodeType.__dict__["co_argcount"].__get__
+_code_varnames: Callable[[types.CodeType], tuple[str, ...]] = types.CodeType.__dict__["co_varnames"].__get__
+_code_freevars: Callable[[types.CodeType], tuple[str, ...]] = types.CodeType.__dict__["co_freevars"].__get__
 _method_self: Callable[[Any], Any] = types.MethodType.__dict__["__self__"].__get__
 _method_func: Callable[[Any], Any] = types.MethodType.__dict__["__func__"].__get__
 _cell_contents: Callable[[Any], Any] = types.CellType.__dict__["cell_contents"].__get__
@@ -72,6 +83,7 @@ _exception_getters: dict[str, Callable[[Any], Any]] = {
     name: BaseException.__dict__[name].__get__ for name in _EXCEPTION_FIELDS
 }
 _GENERATOR_FRAMES: dict[type, str] = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame"}
+_CACHE_TYPES = (list, dict, set, deque, defaultdict, OrderedDict)  # what a method's object may fill between calls
 
 
 def lookup_in_type(cls: type, name: str) -> Any:
@@ -189,15 +201,11 @@ def children(obj: Any, category: str) -> Iterator[Child]:
         for item in set_base.__iter__(obj):
             yield item, SUFFIX, "{…}"
     elif category == FUNCTION:
-        for i, cell in enumerate(_function_closure(obj) or ()):
-            try:
-                yield _cell_contents(cell), SUFFIX, f".__closure__[{i}]"
-            except ValueError:  # empty cell
-                pass
-        for i, value in enumerate(_function_defaults(obj) or ()):
-            yield value, SUFFIX, f".__defaults__[{i}]"
+        yield from _function_slots(obj)
     elif category == METHOD:
-        yield _method_self(obj), ATTR, "__self__"
+        owner = _method_self(obj)
+        yield from _method_slots(_method_func(obj), owner)
+        yield owner, ATTR, "__self__"
         yield _method_func(obj), ATTR, "__func__"
     elif category == CELL:
         try:
@@ -251,6 +259,50 @@ def _object_children(obj: Any) -> Iterator[Child]:
                     yield member.__get__(obj), ATTR, slot
                 except AttributeError:  # unset slot
                     pass
+
+
+def _function_slots(function: Any) -> Iterator[Child]:
+    """A function's captured variables and default arguments, each named as its code names it."""
+    code = _function_code(function)
+    name = _function_name(function)
+    freevars = _code_freevars(code)
+    outer = _enclosing_function(_function_qualname(function))
+    for i, cell in enumerate(_function_closure(function) or ()):
+        try:
+            value = _cell_contents(cell)
+        except ValueError:  # empty cell
+            continue
+        variable = freevars[i] if i < len(freevars) else f"<cell {i}>"
+        slot = FunctionSlot("closure", name, variable, type_name(type(value)), outer)
+        yield value, SLOT, (f".__closure__[{i}].cell_contents", slot)
+    defaults = _function_defaults(function) or ()
+    with_defaults = _code_varnames(code)[: _code_argcount(code)][-len(defaults):] if defaults else ()
+    for i, value in enumerate(defaults):
+        variable = with_defaults[i] if len(with_defaults) == len(defaults) else f"<default {i}>"
+        yield value, SLOT, (f".__defaults__[{i}]", FunctionSlot("default", name, variable, type_name(type(value))))
+    for key, value in dict.items(_function_kwdefaults(function) or {}):
+        slot = FunctionSlot("default", name, str(key), type_name(type(value)))
+        yield value, SLOT, (f".__kwdefaults__[{key!r}]", slot)
+
+
+def _enclosing_function(qualname: str) -> str | None:
+    """`make_logger.<locals>.log` -> `make_logger`: the function whose call created a closure."""
+    scopes = qualname.split(".<locals>.")
+    return scopes[-2].rsplit(".", 1)[-1] if len(scopes) > 1 else None
+
+
+def _method_slots(function: Any, owner: Any) -> Iterator[Child]:
+    """The public list/dict/set/deque attributes of a bound method's object: what it can fill call after
+    call (`self.outputs.append(out)`). Private ones are a class' machinery (nn.Module's `_parameters`),
+    and objects the traversal skips (types, this package's) are not looked into."""
+    cls = type(owner)
+    if issubclass(cls, _SKIP_TYPES + ATOMIC_TYPES) or is_ours(cls):
+        return
+    name = _function_name(function) if type(function) is types.FunctionType else type_name(type(function))
+    for value, how, attribute in _object_children(owner):
+        if how == ATTR and not attribute.startswith("_") and type(value) in _CACHE_TYPES:
+            slot = FunctionSlot("attribute", name, attribute, type_name(type(value)), type_name(cls))
+            yield value, SLOT, (f".__self__.{attribute}", slot)
 
 
 def _function_locals(frame: Any) -> list[tuple[str, Any]]:

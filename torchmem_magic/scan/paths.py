@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any, TypeAlias
 
-from .introspect import ATTR, INDEX, KEY, KEY_OBJECT, type_name
+from .introspect import ATTR, INDEX, KEY, KEY_OBJECT, SLOT, type_name
+from .results import FunctionSlot
 
 LazyPath: TypeAlias = "str | tuple[LazyPath, str, Any]"  # a root's text, or (parent, how, token)
 
@@ -34,6 +35,8 @@ def link_text(parent: str, how: str, token: Any) -> str:
         return f"{parent}.{token}"
     if how == KEY_OBJECT:
         return f"{parent}.keys()[{key_text(token)}]"
+    if how == SLOT:
+        return f"{parent}{token[0]}"
     return f"{parent}{token}"
 
 
@@ -47,6 +50,17 @@ def path_text(path: LazyPath) -> str:
     for how, token in reversed(links):
         text = link_text(text, how, token)
     return text
+
+
+def innermost_slot(path: LazyPath) -> tuple[str, FunctionSlot] | None:
+    """The function slot nearest the end of `path` (the default, captured variable or method attribute
+    that holds what the path reaches), with the slot's own path; None when the path enters none."""
+    while type(path) is tuple:
+        parent, how, token = path
+        if how == SLOT:
+            return pretty_path(path_text(path)), token[1]
+        path = parent
+    return None
 
 
 def pretty_path(path: str) -> str:

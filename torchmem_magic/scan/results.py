@@ -38,6 +38,29 @@ class Budget:
     max_children: int = 10_000  # non-tensor children taken from one container
 
 
+@dataclass(frozen=True)
+class FunctionSlot:
+    """Where a function keeps an object from one call to the next, named as its code names it, so a
+    fix can say `store` rather than `__defaults__[0]`."""
+
+    kind: str  # "default" (argument), "closure" (captured variable) or "attribute" (of a bound method's self)
+    function: str  # the function's name: `log`
+    variable: str  # `store`, `cache`, or the attribute `cache` of `self`
+    holds: str  # the type name of what it held when scanned: "list"
+    outer: str | None = None  # a closure's enclosing function (`make_logger`); a bound method's class
+
+
+@dataclass
+class SlotStats:
+    """The tensors a root reaches through one function slot (the innermost on their path)."""
+
+    slot: FunctionSlot
+    tensors: int = 0
+    tensor_bytes: int = 0  # storages first counted here, as in RootStats
+    scalar_tensors: int = 0
+    first_tensor_path: str | None = None
+
+
 @dataclass
 class RootStats:
     """What one named root keeps alive (a suspect candidate)."""
@@ -59,6 +82,7 @@ class RootStats:
     objects: int = 0
     first_tensor_path: str | None = None
     graph_paths: list[str] = field(default_factory=list)  # a few paths of graph-holding tensors
+    slots: dict[str, SlotStats] = field(default_factory=dict)  # by the slot's path: `log.__defaults__[0]`
 
     @property
     def retained_bytes(self) -> int:

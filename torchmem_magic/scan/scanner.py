@@ -33,8 +33,8 @@ from .introspect import (
     tensor_storage,
     type_name,
 )
-from .paths import LazyPath, path_text, pretty_path
-from .results import NODE_BYTES, Budget, Root, RootStats, ScanResult
+from .paths import LazyPath, innermost_slot, path_text, pretty_path
+from .results import NODE_BYTES, Budget, FunctionSlot, Root, RootStats, ScanResult, SlotStats
 
 # A tensor reachable from several names is counted for the first: user names before IPython's caches.
 _KIND_ORDER = {"user": 0, "output-cache": 1, "traceback": 2}
@@ -200,14 +200,32 @@ class Scanner:
         counted = key not in self._storages
         self._storages.add(key)
         self._devices.add(str(t.device))
+        scalar = t.numel() == 1
         root.tensors += 1
         if counted:
             root.tensor_bytes += nbytes
         if root.first_tensor_path is None:
             root.first_tensor_path = path
-        if t.numel() == 1:
+        if scalar:
             root.scalar_tensors += 1
+        slot = innermost_slot(lazy_path)
+        if slot is not None:
+            self._record_in_slot(root, slot[0], slot[1], path, nbytes if counted else 0, scalar)
         self._tensors.append(ReachedTensor(path, root, t, nbytes, counted))
+
+    @staticmethod
+    def _record_in_slot(
+        root: RootStats, slot_path: str, slot: FunctionSlot, path: str, nbytes: int, scalar: bool
+    ) -> None:
+        """Count a tensor against the function slot that holds it, so a cache kept by a function is
+        told apart from what else the root holds (a model it calls, a constant it uses)."""
+        held = root.slots.get(slot_path)
+        if held is None:
+            held = root.slots[slot_path] = SlotStats(slot, first_tensor_path=path)
+        held.tensors += 1
+        held.tensor_bytes += nbytes
+        if scalar:
+            held.scalar_tensors += 1
 
     def _findings(self) -> list[TensorFinding]:
         out = []
