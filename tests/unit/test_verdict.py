@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
-from torchmem_magic.verdict import MIB, Series, analyse, decide
+from torchmem_magic.verdict import MIB, Series, analyse, decide, warmup_length
 
 BASE = 600 * MIB
 
@@ -141,3 +142,105 @@ def test_copy_on_access_projection_to_the_end_of_the_first_pass() -> None:
     assert "Projected: ~" in advice and "(step 300)" in advice
     projected_mib = float(advice.split("Projected: ~")[1].split(" MiB")[0])
     assert projected_mib == pytest.approx(600 + 300, rel=0.05)  # 600 MiB base + 1 MiB/step over 300 steps
+
+
+def sampler_steps(last: int, dense: int = 64, stride: int = 70) -> list[float]:
+    """Steps the step sampler reads when steps are fast: every one of the first `dense`, then every
+    `stride`-th, and the final step at the end of the run."""
+    return [float(x) for x in [*range(1, dense + 1), *range(dense + stride, last, stride), last]]
+
+
+def fill(i: int, steps: int, total: float, stepwise: bool) -> float:
+    """A cache filling to `total` over its first `steps` steps, smoothly or in five increments."""
+    done = min(i, steps) / steps
+    return total * (math.floor(done * 5) / 5 if stepwise else done)
+
+
+@pytest.mark.parametrize("stepwise", [False, True])
+@pytest.mark.parametrize("steps", [5, 15, 30, 50])
+def test_a_warmup_of_any_length_then_flat_is_clean(steps: int, stepwise: bool) -> None:
+    for seed in range(5):
+        rng = random.Random(seed)
+        values = [BASE + fill(i, steps, 30 * MIB, stepwise) + rng.gauss(0, 64 * 1024) for i in range(steps + 150)]
+        f = analyse(series(values))
+        assert f.verdict == "clean", (seed, f)
+        assert steps - 1 <= f.warmup_steps <= steps + 2, (seed, f)
+
+
+def test_a_warmup_then_a_steady_leak_is_per_iteration_at_the_rate_after_warmup() -> None:
+    for seed in range(5):
+        rng = random.Random(seed)
+        values = [BASE + fill(i, 15, 40 * MIB, False) + 0.5 * MIB * i + rng.gauss(0, 64 * 1024) for i in range(200)]
+        f = analyse(series(values))
+        assert (f.verdict, f.leak_kind) == ("leak", "per-iteration"), (seed, f)
+        assert f.per_step_bytes == pytest.approx(0.5 * MIB, rel=0.05)
+        assert 14 <= f.warmup_steps <= 17, (seed, f)
+
+
+def test_one_jump_in_the_first_tenth_then_flat_is_a_warmup() -> None:
+    for seed in range(5):
+        rng = random.Random(seed)
+        values = [BASE + (40 * MIB if i >= 14 else 0.0) + rng.gauss(0, 64 * 1024) for i in range(200)]
+        f = analyse(series(values))
+        assert f.verdict == "clean" and f.warmup_steps == 14, (seed, f)
+
+
+def test_growth_through_most_of_the_run_is_no_warmup() -> None:
+    """A warm-up leaves a flat rest of at least two thirds of the run: a fill still going at 60% is not one."""
+    rng = random.Random(20)
+    values = [BASE + fill(i, 120, 60 * MIB, False) + rng.gauss(0, 64 * 1024) for i in range(200)]
+    assert warmup_length([float(i + 1) for i in range(200)], values) == 0
+
+
+@pytest.mark.parametrize("last", [1000, 1500])
+@pytest.mark.parametrize("rate_kib", [20, 70, 1024])
+def test_a_thinned_steady_leak_is_per_iteration_not_sporadic(last: int, rate_kib: int) -> None:
+    """Sampled every step, then every 70th: each thinned interval grows 70 times the rate, which is
+    the rate, not a jump."""
+    xs = sampler_steps(last)
+    for seed in range(5):
+        rng = random.Random(seed)
+        values = [BASE + 30 * MIB * (x > 1) + rate_kib * 1024 * x + rng.gauss(0, 16 * 1024) for x in xs]
+        f = analyse(Series("heap", xs, values, 16 * 1024 * MIB))
+        assert (f.verdict, f.leak_kind) == ("leak", "per-iteration"), (seed, f)
+        assert f.per_step_bytes == pytest.approx(rate_kib * 1024, rel=0.05)
+        assert f.warmup_steps in (1, 2), (seed, f)  # the optimizer's first step, not the dense start
+
+
+def test_jumps_every_40th_step_sampled_thinned_are_sporadic() -> None:
+    xs = sampler_steps(200, stride=8)
+    rng = random.Random(21)
+    values = [BASE + 50 * MIB * ((int(x) - 1) // 40) + rng.gauss(0, 64 * 1024) for x in xs]
+    f = analyse(Series("heap", xs, values, 16 * 1024 * MIB))
+    assert (f.verdict, f.leak_kind) == ("leak", "sporadic")
+    assert f.sporadic_steps == ((41, 41), (81, 88), (121, 128), (161, 168))  # each between two sampled steps
+
+
+def test_the_optimizers_first_step_is_cut_before_sporadic_jumps() -> None:
+    rng = random.Random(22)
+    values = [BASE + (80 * MIB if i else 0.0) + 50 * MIB * (i // 40) + rng.gauss(0, 64 * 1024) for i in range(200)]
+    f = analyse(series(values))
+    assert (f.verdict, f.leak_kind) == ("leak", "sporadic") and f.warmup_steps in (1, 2)
+    assert f.sporadic_steps == ((41, 41), (81, 81), (121, 121), (161, 161))
+
+
+def test_jumps_only_at_the_start_are_not_a_sporadic_leak() -> None:
+    """Three fills early, then part freed for good: the rest is no line, so no warm-up is cut, yet
+    jumps only at the start are no sporadic leak (that keeps jumping through the run)."""
+    for seed in range(5):
+        rng = random.Random(seed)
+        values = [
+            BASE + 50 * MIB * sum(i >= s for s in (5, 10, 15)) - (20 * MIB if i >= 45 else 0.0) + rng.gauss(0, 64 * 1024)
+            for i in range(60)
+        ]
+        f = analyse(series(values))
+        assert f.verdict == "clean", (seed, f)
+
+
+def test_a_warmup_in_the_dense_start_of_a_thinned_run_then_flat_is_clean() -> None:
+    xs = sampler_steps(1500)
+    for seed in range(5):
+        rng = random.Random(seed)
+        values = [BASE + fill(int(x) - 1, 40, 30 * MIB, False) + rng.gauss(0, 64 * 1024) for x in xs]
+        f = analyse(Series("heap", xs, values, 16 * 1024 * MIB))
+        assert f.verdict == "clean" and 39 <= f.warmup_steps <= 42, (seed, f)
