@@ -1,7 +1,12 @@
-"""A catalogue of classic leaking and clean training loops, as cell bodies.
+"""A catalogue of leaking and clean training loops, as cell bodies, written the way users write them.
 
 Used by the verdict tests (in a real kernel) and by bench/verdicts.py (the seeds' rules vs ours).
 Each leak maps to (cell body, the leak kind it must be called); each clean loop to its body.
+A name also says what its verdict must be found with:
+- `_no_optimizer`: no optimizer, so the steps are backward passes (or forward calls when there is no backward);
+- `_graph_only`: only autograd graph nodes pile up (backward already freed their saved tensors), a few KiB a step;
+- `every_Nth_step`: a sporadic leak whose jumps come after steps N, 2N, ...;
+- `copy_on_access`: the growth is in the DataLoader workers (their PSS), not in the kernel's heap.
 """
 
 SETUP = """\
@@ -16,6 +21,8 @@ def train_step(model, opt, x):
 """
 
 LEAKS = {
+    # per-iteration ------------------------------------------------------------------------------------
+    # each step's validation output is kept without torch.no_grad(): its graph keeps the activations
     "eval_without_no_grad": (
         "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); val_outputs = []\n"
         "for step in range(100):\n"
@@ -23,6 +30,7 @@ LEAKS = {
         "    val_outputs.append(model(torch.randn(128, 64)))\n",
         "per-iteration",
     ),
+    # an auxiliary loss that is logged but never backpropagated keeps its graph and activations
     "loss_kept_without_backward": (
         "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); aux_losses = []\n"
         "for step in range(100):\n"
@@ -30,6 +38,7 @@ LEAKS = {
         "    aux_losses.append(model(torch.randn(256, 64)).abs().mean())  # logged, never backpropagated\n",
         "per-iteration",
     ),
+    # the hidden state is never detached: with retain_graph=True every earlier step's graph stays alive
     "rnn_hidden_not_detached": (
         "cell = torch.nn.RNNCell(64, 512); head = torch.nn.Linear(512, 1)\n"
         "opt = torch.optim.SGD(head.parameters(), lr=1e-3); h = torch.zeros(64, 512)\n"
@@ -39,6 +48,7 @@ LEAKS = {
         "    opt.zero_grad(); loss.backward(retain_graph=True); opt.step()\n",
         "per-iteration",
     ),
+    # an object's list attribute keeps every step's output, with its graph
     "leak_into_object_attribute": (
         "class Tracker:\n"
         "    def __init__(self): self.outputs = []\n"
@@ -50,6 +60,179 @@ LEAKS = {
         "    tracker.record(model(x))\n",
         "per-iteration",
     ),
+    # `total_loss += loss` after backward chains every step's graph nodes onto one tensor
+    "total_loss_sum_graph_only": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "total_loss = 0\n"
+        "for step in range(300):\n"
+        "    loss = model(torch.randn(32, 64)).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    total_loss += loss\n"
+        "mean_loss = total_loss / 300\n",
+        "per-iteration",
+    ),
+    # manual SGD: `history.append(loss)` after backward keeps every step's graph nodes
+    "loss_history_graph_only_no_optimizer": (
+        "model = mlp(); history = []\n"
+        "for step in range(300):\n"
+        "    loss = model(torch.randn(32, 64)).square().mean()\n"
+        "    model.zero_grad()\n"
+        "    loss.backward()\n"
+        "    with torch.no_grad():\n"
+        "        for p in model.parameters():\n"
+        "            p -= 1e-3 * p.grad\n"
+        "    history.append(loss)\n",
+        "per-iteration",
+    ),
+    # a running mean of the features that is never detached chains every step's graph nodes
+    "feature_ema_not_detached_graph_only": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "feature_mean = torch.zeros(512)\n"
+        "for step in range(300):\n"
+        "    hidden = model[:2](torch.randn(32, 64))\n"
+        "    loss = model[2](hidden).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    feature_mean = 0.99 * feature_mean + 0.01 * hidden.mean(0)\n",
+        "per-iteration",
+    ),
+    # manual SGD: a forward hook appends every ReLU output (128 KiB) to a list held only by its closure
+    "forward_hook_closure_no_optimizer": (
+        "def record_outputs(module):\n"
+        "    outputs = []\n"
+        "    def hook(module, inputs, output):\n"
+        "        outputs.append(output)  # meant for an activation histogram, never read\n"
+        "    module.register_forward_hook(hook)\n"
+        "model = mlp()\n"
+        "record_outputs(model[1])\n"
+        "for step in range(200):\n"
+        "    loss = model(torch.randn(64, 64)).square().mean()\n"
+        "    model.zero_grad()\n"
+        "    loss.backward()\n"
+        "    with torch.no_grad():\n"
+        "        for p in model.parameters():\n"
+        "            p.add_(p.grad, alpha=-1e-3)\n",
+        "per-iteration",
+    ),
+    # a logger made by a closure keeps every step's embeddings (256 KiB) in the list it captured
+    "logger_closure_keeps_embeddings": (
+        "def make_logger():\n"
+        "    logged = []\n"
+        "    def log(embeddings):\n"
+        "        logged.append(embeddings)\n"
+        "        return len(logged)\n"
+        "    return log\n"
+        "log_embeddings = make_logger()\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(150):\n"
+        "    embeddings = model[:2](torch.randn(128, 64))\n"
+        "    loss = model[2](embeddings).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    log_embeddings(embeddings)\n",
+        "per-iteration",
+    ),
+    # `seen=[]` is created once, with the function: every call appends its batch (64 KiB) to the same list
+    "mutable_default_argument": (
+        "def remember_batch(batch, seen=[]):\n"
+        "    seen.append(batch)\n"
+        "    return len(seen)\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(200):\n"
+        "    x = torch.randn(256, 64)\n"
+        "    train_step(model, opt, x)\n"
+        "    remember_batch(x)\n",
+        "per-iteration",
+    ),
+    # a helper appends to a global dict of the notebook: feature means not detached keep their activations
+    "global_dict_in_notebook": (
+        "STATS = {'feature_mean': []}\n"
+        "def track_features(model, x):\n"
+        "    STATS['feature_mean'].append(model[:2](x).mean(0))\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(150):\n"
+        "    x = torch.randn(128, 64)\n"
+        "    train_step(model, opt, x)\n"
+        "    track_features(model, x)\n",
+        "per-iteration",
+    ),
+    # a dict keyed by step keeps every step's logits (125 KiB) and their graph nodes
+    "logits_dict_keyed_by_step": (
+        "model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1000))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-2); logits_by_step = {}\n"
+        "for step in range(200):\n"
+        "    x, y = torch.randn(32, 64), torch.randint(0, 1000, (32,))\n"
+        "    logits = model(x)\n"
+        "    loss = torch.nn.functional.cross_entropy(logits, y)\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    logits_by_step[step] = logits\n",
+        "per-iteration",
+    ),
+    # torch.cat onto an ever longer tensor: every step's embeddings (128 KiB, no graph) kept
+    "torch_cat_growing_tensor": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "all_embeddings = torch.empty(0, 512)\n"
+        "for step in range(150):\n"
+        "    x = torch.randn(64, 64)\n"
+        "    train_step(model, opt, x)\n"
+        "    with torch.no_grad():\n"
+        "        all_embeddings = torch.cat([all_embeddings, model[:2](x)])\n",
+        "per-iteration",
+    ),
+    # inference only: model.eval() does not turn autograd off, so every kept prediction keeps its graph
+    "inference_without_no_grad_no_optimizer": (
+        "model = mlp(); model.eval(); predictions = []\n"
+        "for step in range(150):\n"
+        "    predictions.append(model(torch.randn(128, 64)))\n",
+        "per-iteration",
+    ),
+    # the model appends its features (128 KiB) to one of its own attributes at every forward call
+    "module_keeps_features_in_forward": (
+        "class Regressor(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.encoder = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU())\n"
+        "        self.head = torch.nn.Linear(512, 1)\n"
+        "        self.features = []  # for a t-SNE plot after training\n"
+        "    def forward(self, x):\n"
+        "        h = self.encoder(x)\n"
+        "        self.features.append(h.detach())\n"
+        "        return self.head(h)\n"
+        "model = Regressor(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(200):\n"
+        "    train_step(model, opt, torch.randn(64, 64))\n",
+        "per-iteration",
+    ),
+    # lru_cache(maxsize=None) over a million sample indices: the cache only grows
+    "unbounded_lru_cache": (
+        "import functools\n"
+        "@functools.lru_cache(maxsize=None)\n"
+        "def load_sample(index):\n"
+        "    return torch.randn(64, generator=torch.Generator().manual_seed(index))  # stands for decoding a file\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(200):\n"
+        "    indices = torch.randint(0, 1_000_000, (128,)).tolist()\n"
+        "    train_step(model, opt, torch.stack([load_sample(i) for i in indices]))\n",
+        "per-iteration",
+    ),
+    # 2 DataLoader workers read 1.5 M Python strings: each read writes the string's refcount, which copies
+    # its page into the worker, so the workers' memory grows until they have read everything
+    "copy_on_access_dataloader_workers": (
+        "from torch.utils.data import Dataset\n"
+        "class Captions(Dataset):\n"
+        "    def __init__(self, n):\n"
+        "        self.captions = [f'photo {i}: a dog next to a red bicycle, number {i % 977}' for i in range(n)]\n"
+        "    def __len__(self):\n"
+        "        return len(self.captions)\n"
+        "    def __getitem__(self, i):\n"
+        "        return len(self.captions[i].split())\n"
+        "model = torch.nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
+        "loader = DataLoader(Captions(1_500_000), batch_size=5000, num_workers=2)\n"
+        "for words in loader:\n"
+        "    loss = model(words.float().unsqueeze(1)).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n",
+        "per-iteration",
+    ),
+    # per-epoch ----------------------------------------------------------------------------------------
+    # every epoch's validation outputs are kept without torch.no_grad(): 8 MiB of activations per epoch
     "validation_leak_per_epoch": (
         "model = mlp(1024); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
         "train = DataLoader(TensorDataset(torch.randn(640, 64)), batch_size=32)\n"
@@ -62,6 +245,49 @@ LEAKS = {
         "        val_outputs.append(model(x))  # no torch.no_grad()\n",
         "per-epoch",
     ),
+    # an in-memory checkpoint of the model and its Adam state (~6 MiB) every epoch, none ever dropped
+    "checkpoint_copies_per_epoch": (
+        "import copy\n"
+        "model = mlp(8192); opt = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+        "train = DataLoader(TensorDataset(torch.randn(640, 64)), batch_size=32, shuffle=True)\n"
+        "checkpoints = []\n"
+        "for epoch in range(6):\n"
+        "    for (x,) in train:\n"
+        "        train_step(model, opt, x)\n"
+        "    checkpoints.append(copy.deepcopy({'model': model.state_dict(), 'optimizer': opt.state_dict()}))\n",
+        "per-epoch",
+    ),
+    # manual SGD: each epoch's validation predictions, kept by epoch without torch.no_grad(), keep 4 MiB of activations
+    "val_predictions_by_epoch_no_optimizer": (
+        "model = mlp(1024)\n"
+        "train = DataLoader(TensorDataset(torch.randn(640, 64)), batch_size=32, shuffle=True)\n"
+        "val_x = torch.randn(1024, 64); val_predictions = {}\n"
+        "for epoch in range(6):\n"
+        "    model.train()\n"
+        "    for (x,) in train:\n"
+        "        loss = model(x).square().mean()\n"
+        "        model.zero_grad(); loss.backward()\n"
+        "        with torch.no_grad():\n"
+        "            for p in model.parameters():\n"
+        "                p -= 1e-3 * p.grad\n"
+        "    model.eval()\n"
+        "    val_predictions[epoch] = model(val_x)\n",
+        "per-epoch",
+    ),
+    # every epoch's embeddings of a fixed probe set (8 MiB, no graph), kept to animate them later
+    "embedding_history_per_epoch": (
+        "model = mlp(1024); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "train = DataLoader(TensorDataset(torch.randn(640, 64)), batch_size=32, shuffle=True)\n"
+        "probe = torch.randn(2048, 64); embedding_history = []\n"
+        "for epoch in range(6):\n"
+        "    for (x,) in train:\n"
+        "        train_step(model, opt, x)\n"
+        "    with torch.no_grad():\n"
+        "        embedding_history.append(model[:2](probe))\n",
+        "per-epoch",
+    ),
+    # sporadic -----------------------------------------------------------------------------------------
+    # a 20 MiB 'checkpoint' tensor kept every 40th step
     "leak_every_40th_step": (
         "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); snapshots = []\n"
         "for step in range(200):\n"
@@ -70,25 +296,60 @@ LEAKS = {
         "        snapshots.append(torch.ones(5 << 20))  # a 20 MiB 'checkpoint' kept every 40th step\n",
         "sporadic",
     ),
+    # a failed checkpoint save every 50th step: each kept exception's traceback keeps the frame of
+    # save_checkpoint, and in it a copy of the weights and momentum (~4 MiB)
+    "failed_checkpoint_saves_every_50th_step": (
+        "import copy\n"
+        "def save_checkpoint(model, opt, step):\n"
+        "    state = copy.deepcopy({'model': model.state_dict(), 'optimizer': opt.state_dict()})\n"
+        "    torch.save(state, f'/nonexistent/checkpoints/step{step}.pt')  # the directory is missing: raises\n"
+        "model = mlp(8192); opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)\n"
+        "failed_saves = []\n"
+        "for step in range(250):\n"
+        "    train_step(model, opt, torch.randn(32, 64))\n"
+        "    if step % 50 == 49:\n"
+        "        try:\n"
+        "            save_checkpoint(model, opt, step)\n"
+        "        except RuntimeError as error:\n"
+        "            failed_saves.append(error)  # to report at the end\n",
+        "sporadic",
+    ),
+    # manual SGD: every 50th step a validation pass without torch.no_grad() is kept by step (4 MiB of activations)
+    "val_outputs_by_step_every_50th_step_no_optimizer": (
+        "model = mlp(); val_x = torch.randn(2048, 64); val_outputs = {}\n"
+        "for step in range(250):\n"
+        "    loss = model(torch.randn(32, 64)).square().mean()\n"
+        "    model.zero_grad(); loss.backward()\n"
+        "    with torch.no_grad():\n"
+        "        for p in model.parameters():\n"
+        "            p -= 1e-3 * p.grad\n"
+        "    if step % 50 == 49:\n"
+        "        val_outputs[step] = model(val_x)\n",
+        "sporadic",
+    ),
 }
 
 CLEAN = {
+    # the loss is logged as a Python float
     "loss_item": (
         "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); history = []\n"
         "for step in range(150):\n"
         "    history.append(train_step(model, opt, torch.randn(32, 64)).item())\n"
     ),
+    # a cache fills in the first 3 steps, then stays
     "warmup_plateau": (
         "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); cache = {}\n"
         "for step in range(150):\n"
         "    cache.setdefault(step % 3, torch.ones(2 << 20))  # fills in the first 3 steps, then stays\n"
         "    train_step(model, opt, torch.randn(32, 64))\n"
     ),
+    # Adam's state (~2 MiB) appears at the first step, then stays
     "adam_first_step_state": (
         "model = mlp(4096); opt = torch.optim.Adam(model.parameters())  # ~2 MiB of state at step 1\n"
         "for step in range(150):\n"
         "    train_step(model, opt, torch.randn(32, 64))\n"
     ),
+    # 40 MiB temporaries alive for a few steps, then freed
     "sawtooth_temporaries": (
         "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
         "for step in range(150):\n"
@@ -98,10 +359,229 @@ CLEAN = {
         "        del scratch\n"
         "    train_step(model, opt, torch.randn(32, 64))\n"
     ),
+    # a big model: a lot of memory, all of it there from the start
     "big_constant_model": (
         "big = torch.nn.Sequential(torch.nn.Linear(64, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 1))\n"
         "opt = torch.optim.SGD(big.parameters(), lr=1e-3)\n"
         "for step in range(150):\n"
         "    train_step(big, opt, torch.randn(32, 64))\n"
+    ),
+    # a 50-step warm-up: the first epoch caches its 50 preprocessed batches (512 KiB each), later epochs reuse them
+    "first_epoch_fills_batch_cache": (
+        "projection = torch.randn(64, 4096)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4096, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(1600, 64)), batch_size=32)\n"
+        "features = {}\n"
+        "for epoch in range(5):\n"
+        "    for i, (x,) in enumerate(loader):\n"
+        "        if i not in features:\n"
+        "            features[i] = torch.tanh(x @ projection)  # expensive preprocessing, done once per batch\n"
+        "        train_step(model, opt, features[i])\n"
+    ),
+    # one causal mask per bucketed sequence length (8 buckets, 13 MiB): all made within the first ~15 steps
+    "mask_cache_per_length": (
+        "import random\n"
+        "masks = {}\n"
+        "def causal_mask(n):\n"
+        "    if n not in masks:\n"
+        "        masks[n] = torch.full((n, n), float('-inf')).triu(1)\n"
+        "    return masks[n]\n"
+        "query = torch.nn.Linear(32, 32); opt = torch.optim.SGD(query.parameters(), lr=1e-3)\n"
+        "rng = random.Random(0)\n"
+        "for step in range(150):\n"
+        "    n = rng.choice(range(128, 1025, 128))\n"
+        "    x = torch.randn(n, 32)\n"
+        "    weights = torch.softmax(query(x) @ x.T / 8 + causal_mask(n), dim=-1)\n"
+        "    loss = (weights @ x).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    ),
+    # a bounded buffer: collections.deque(maxlen=40) of recent batches (2.5 MiB when full), replayed with the current one
+    "recent_batches_deque": (
+        "import collections, random\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "recent = collections.deque(maxlen=40)\n"
+        "for step in range(200):\n"
+        "    x = torch.randn(256, 64)\n"
+        "    replay = random.choice(recent) if recent else x\n"
+        "    recent.append(x)\n"
+        "    train_step(model, opt, torch.cat([x, replay]))\n"
+    ),
+    # an epoch's features (3 MiB) are collected for an epoch statistic, then the list is cleared
+    "epoch_features_cleared": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "train = DataLoader(TensorDataset(torch.randn(1600, 64)), batch_size=32, shuffle=True)\n"
+        "epoch_features = []\n"
+        "for epoch in range(4):\n"
+        "    for (x,) in train:\n"
+        "        hidden = model[:2](x)\n"
+        "        loss = model[2](hidden).square().mean()\n"
+        "        opt.zero_grad(); loss.backward(); opt.step()\n"
+        "        epoch_features.append(hidden.detach())\n"
+        "    feature_spread = torch.cat(epoch_features).std(0).mean().item()\n"
+        "    epoch_features.clear()\n"
+    ),
+    # a validation output without torch.no_grad(), but each step's replaces the last: one graph alive at a time
+    "last_val_output_kept": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); val_x = torch.randn(512, 64)\n"
+        "for step in range(150):\n"
+        "    train_step(model, opt, torch.randn(32, 64))\n"
+        "    val_out = model(val_x)\n"
+        "    val_score = val_out.mean().item()\n"
+    ),
+    # two losses through one graph: retain_graph=True on the first backward only, the graph goes with the step
+    "two_losses_retain_graph": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(150):\n"
+        "    hidden = model[:2](torch.randn(64, 64))\n"
+        "    main_loss = model[2](hidden).square().mean()\n"
+        "    sparsity_loss = 1e-3 * hidden.abs().mean()\n"
+        "    opt.zero_grad()\n"
+        "    main_loss.backward(retain_graph=True)\n"
+        "    sparsity_loss.backward()\n"
+        "    opt.step()\n"
+    ),
+    # gradient accumulation over 4 micro-batches: gradients are summed in place
+    "gradient_accumulation": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); accumulation = 4\n"
+        "for step in range(400):\n"
+        "    loss = model(torch.randn(32, 64)).square().mean() / accumulation\n"
+        "    loss.backward()\n"
+        "    if (step + 1) % accumulation == 0:\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    ),
+    # mixed precision on CPU: autocast's bfloat16 copies of the weights are dropped when the context exits
+    "autocast_bfloat16": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(150):\n"
+        "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+        "        loss = model(torch.randn(64, 64)).float().square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    ),
+    # inference under torch.no_grad(): only a count is kept
+    "inference_no_grad_no_optimizer": (
+        "model = mlp(); model.eval(); positives = 0\n"
+        "with torch.no_grad():\n"
+        "    for step in range(200):\n"
+        "        positives += (model(torch.randn(256, 64)) > 0).sum().item()\n"
+    ),
+    # a fixed-size replay buffer: tensors allocated once, written as a ring
+    "fixed_size_replay_buffer": (
+        "capacity = 5000\n"
+        "states = torch.zeros(capacity, 64); targets = torch.zeros(capacity, 1)\n"
+        "q_net = mlp(); opt = torch.optim.Adam(q_net.parameters(), lr=1e-3); stored = 0\n"
+        "for step in range(300):\n"
+        "    slots = torch.arange(stored, stored + 32) % capacity\n"
+        "    states[slots] = torch.randn(32, 64); targets[slots] = torch.randn(32, 1)\n"
+        "    stored += 32\n"
+        "    batch = torch.randint(0, min(stored, capacity), (64,))\n"
+        "    loss = (q_net(states[batch]) - targets[batch]).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    ),
+    # Adam with a one-cycle learning-rate schedule: the scheduler keeps a few floats
+    "adam_one_cycle_schedule": (
+        "model = mlp(); opt = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+        "schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=200)\n"
+        "for step in range(200):\n"
+        "    train_step(model, opt, torch.randn(32, 64))\n"
+        "    schedule.step()\n"
+    ),
+    # an exponential moving average of the weights, updated in place under torch.no_grad()
+    "ema_weights_in_place": (
+        "import copy\n"
+        "model = mlp(); ema = copy.deepcopy(model); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(150):\n"
+        "    train_step(model, opt, torch.randn(32, 64))\n"
+        "    with torch.no_grad():\n"
+        "        for p_ema, p in zip(ema.parameters(), model.parameters()):\n"
+        "            p_ema.mul_(0.99).add_(p, alpha=0.01)\n"
+    ),
+    # truncated backpropagation through time: the hidden state is detached at every step
+    "rnn_hidden_detached": (
+        "cell = torch.nn.RNNCell(64, 512); head = torch.nn.Linear(512, 1)\n"
+        "opt = torch.optim.SGD([*cell.parameters(), *head.parameters()], lr=1e-3); h = torch.zeros(64, 512)\n"
+        "for step in range(150):\n"
+        "    h = cell(torch.randn(64, 64), h.detach())\n"
+        "    loss = head(h).mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    ),
+    # 2 DataLoader workers over 1.5 M samples held in one tensor: no Python objects for them to copy
+    "dataloader_workers_tensor_dataset": (
+        "from torch.utils.data import BatchSampler, RandomSampler\n"
+        "lengths = TensorDataset(torch.randint(5, 40, (1_500_000, 1)).float())\n"
+        "batches = BatchSampler(RandomSampler(lengths), batch_size=5000, drop_last=False)\n"
+        "loader = DataLoader(lengths, sampler=batches, batch_size=None, num_workers=2)\n"
+        "model = torch.nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
+        "for (x,) in loader:\n"
+        "    loss = model(x).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    ),
+    # manual SGD, the loss logged as a Python float
+    "manual_sgd_loss_item_no_optimizer": (
+        "model = mlp(); losses = []\n"
+        "for step in range(200):\n"
+        "    loss = model(torch.randn(32, 64)).square().mean()\n"
+        "    model.zero_grad()\n"
+        "    loss.backward()\n"
+        "    with torch.no_grad():\n"
+        "        for p in model.parameters():\n"
+        "            p -= 1e-3 * p.grad\n"
+        "    losses.append(loss.item())\n"
+    ),
+    # gradient clipping, and a running loss summed into a detached tensor that is reset every 50 steps
+    "clipped_grads_detached_running_loss": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "running = torch.zeros(()); mean_losses = []\n"
+        "for step in range(200):\n"
+        "    loss = model(torch.randn(32, 64)).square().mean()\n"
+        "    opt.zero_grad(); loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n"
+        "    opt.step()\n"
+        "    running += loss.detach()\n"
+        "    if step % 50 == 49:\n"
+        "        mean_losses.append(running.item() / 50)\n"
+        "        running.zero_()\n"
+    ),
+    # a forward hook keeps only the latest activation, detached, overwritten at every step
+    "hook_keeps_latest_activation": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); latest = {}\n"
+        "model[1].register_forward_hook(lambda module, inputs, output: latest.update(relu=output.detach()))\n"
+        "for step in range(150):\n"
+        "    train_step(model, opt, torch.randn(64, 64))\n"
+        "    dead_fraction = (latest['relu'] == 0).float().mean().item()\n"
+    ),
+    # lru_cache(maxsize=256): full after two steps, then it evicts as much as it adds
+    "bounded_lru_cache": (
+        "import functools\n"
+        "@functools.lru_cache(maxsize=256)\n"
+        "def load_sample(index):\n"
+        "    return torch.randn(64, generator=torch.Generator().manual_seed(index))  # stands for decoding a file\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(200):\n"
+        "    indices = torch.randint(0, 1_000_000, (128,)).tolist()\n"
+        "    train_step(model, opt, torch.stack([load_sample(i) for i in indices]))\n"
+    ),
+    # validation every epoch under torch.no_grad(), its loss kept as a Python float
+    "validation_no_grad_per_epoch": (
+        "model = mlp(1024); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "train = DataLoader(TensorDataset(torch.randn(640, 64)), batch_size=32)\n"
+        "val = DataLoader(TensorDataset(torch.randn(2048, 64)), batch_size=256)\n"
+        "val_losses = []\n"
+        "for epoch in range(6):\n"
+        "    for (x,) in train:\n"
+        "        train_step(model, opt, x)\n"
+        "    with torch.no_grad():\n"
+        "        val_losses.append(sum(model(x).square().mean().item() for (x,) in val) / len(val))\n"
+    ),
+    # a sliding window built with torch.cat and cut to its last 2048 rows (4 MiB): full after 32 steps
+    "bounded_window_cat": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "window = torch.empty(0, 512)\n"
+        "for step in range(150):\n"
+        "    x = torch.randn(64, 64)\n"
+        "    train_step(model, opt, x)\n"
+        "    with torch.no_grad():\n"
+        "        window = torch.cat([window, model[:2](x)])[-2048:]\n"
     ),
 }
