@@ -69,15 +69,18 @@ class HolderTracker:
         self._lock = threading.Lock()  # series are written here and read by the live figure's thread
         self._series: dict[str, list[tuple[int, int]]] = {}
         self.kinds: dict[str, str] = {}  # name -> suspect kind at the last scan ("autograd-graph", ...)
-        self._started_s = clock()
-        self._next_scan_s = self._started_s
+        self._started_s: float | None = None  # the first step: setup before the loop does not count
+        self._next_scan_s = 0.0
         self.scans = 0
         self.spent_s = 0.0
         self._full_cost_s = min(full_scan_cost_s, MID_RUN_BUDGET.time_s)  # what the last scan of everything cost
 
     def due(self) -> bool:
         """Cheap: whether a scan may run now (called at every step)."""
-        return self.scans < MAX_SCANS and self._clock() >= self._next_scan_s
+        now = self._clock()
+        if self._started_s is None:
+            self._started_s = now
+        return self.scans < MAX_SCANS and now >= self._next_scan_s
 
     def scan(self, step: int) -> None:
         """Measure the holders now, at `step`; then wait until the scans' share of the run is back
@@ -87,8 +90,9 @@ class HolderTracker:
         every FULL_SCAN_EVERY-th looks at everything, when the budget has room for what the last
         full scan cost (a long session's namespace can take the whole 50 ms)."""
         started = self._clock()
+        loop_started_s = started if self._started_s is None else self._started_s
         roots = self._roots()
-        allowed_s = self._start_allowance_s + self._budget_share * (started - self._started_s)
+        allowed_s = self._start_allowance_s + self._budget_share * (started - loop_started_s)
         full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self.spent_s + self._full_cost_s <= allowed_s
         if not full:
             roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
@@ -103,8 +107,8 @@ class HolderTracker:
             self._full_cost_s = now - started
         over_allowance_s = max(0.0, self.spent_s - self._start_allowance_s)
         # the scans so far stay within budget_share of the run when the next one waits until then
-        gap_s = max(self._min_gap_s, GAP_SHARE_OF_RUN * (now - self._started_s))
-        self._next_scan_s = max(now + gap_s, self._started_s + over_allowance_s / self._budget_share)
+        gap_s = max(self._min_gap_s, GAP_SHARE_OF_RUN * (now - loop_started_s))
+        self._next_scan_s = max(now + gap_s, loop_started_s + over_allowance_s / self._budget_share)
 
     def _record(self, step: int, measured: list[RootStats]) -> None:
         with self._lock:
@@ -131,11 +135,10 @@ class HolderTracker:
         with self._lock:
             return {name: list(points) for name, points in self._series.items()}
 
-    def add_final(self, step: int, sizes: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
-        """The series with the end-of-cell scan's figures as their last points."""
-        series = self.snapshot()
-        for name, size in sizes.items():
-            points = series.setdefault(name, [] if name not in self._baseline else [(0, self._baseline[name])])
-            if not points or points[-1][0] < step:
-                points.append((step, size))
-        return series
+    def final_scan(self, step: int) -> None:
+        """One last measure at the end of the run, with the same limits as the others (so the last
+        point compares with them; the end-of-cell scan's own figures are more thorough)."""
+        last = max((points[-1][0] for points in self._series.values() if points), default=None)
+        if last is not None and last < step:
+            self.scans = min(self.scans, MAX_SCANS - 1)  # the end is measured even after MAX_SCANS
+            self.scan(step)

@@ -32,6 +32,23 @@ class HolderTrend:
     growing: bool  # grows with the steps and still did at the end
     bounded: bool  # enough scans, and it does not grow (a warm-up that stopped counts as bounded)
     last_bytes: int
+    rises: tuple[tuple[int, int], ...] = ()  # (first, last) step of each scan interval it grew in
+    sporadic: bool = False  # it grew in jumps, with as many intervals without any change between them
+
+
+def _rises(points: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((a_step + 1, b_step) for (a_step, a), (b_step, b) in zip(points, points[1:]) if b > a)
+
+
+def _grew_in_jumps(points: Sequence[tuple[int, int]]) -> bool:
+    """A holder's size is exact (no noise): an interval without any change means nothing was kept
+    then. Growth in a few intervals, with at least as many unchanged ones after the first, is sporadic
+    (steady growth changes the size at every scan)."""
+    changes = [b - a for (_, a), (_, b) in zip(points, points[1:])]
+    first = next((i for i, c in enumerate(changes) if c > 0), len(changes))
+    after = changes[first:]
+    rises = sum(1 for c in after if c > 0)
+    return rises >= 2 and sum(1 for c in after if c == 0) >= rises
 
 
 def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
@@ -49,8 +66,10 @@ def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     changes = [b - a for a, b in zip(sizes, sizes[1:]) if b != a]
     rises = sum(1 for c in changes if c > 0)
     mostly_up = rises >= 2 and rises >= MOSTLY_UP * len(changes)  # one jump is not a trend
-    growing = growth >= MIN_GROWTH_BYTES and mostly_up and late_slope >= STILL_GROWING * slope > 0
-    return HolderTrend(name, slope, growing, not growing, last)
+    sporadic = _grew_in_jumps(points)
+    still_growing = late_slope >= STILL_GROWING * slope > 0 or (sporadic and sizes[-1] > sizes[late])
+    growing = growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing
+    return HolderTrend(name, slope, growing, not growing, last, _rises(points) if sporadic else (), sporadic and growing)
 
 
 def first_named_step(series: dict[str, list[tuple[int, int]]]) -> int | None:
@@ -122,13 +141,20 @@ def fuse(
             if curve_rate > 0 and 0.5 <= rate / curve_rate <= 2.0:
                 advice.insert(1, f"{diagnosis.resource} {format_bytes(curve_rate, signed=True)}/{unit}, and "
                                  f"{top.name} grows {holder_rate}: that is where it goes")
+                if diagnosis.leak_kind == "per-iteration" and top.sporadic:
+                    # thinned step samples blur jumps into a slope; the holder's exact sizes do not
+                    return replace(diagnosis, leak_kind="sporadic", advice=(*advice, *bounded))
             else:
                 advice.insert(1, f"{top.name} grows {holder_rate} of the {diagnosis.resource}'s "
                                  f"{format_bytes(curve_rate, signed=True)}/{unit}")
             return replace(diagnosis, advice=(*advice, *bounded))
         exhaustion = headroom_bytes / rate if headroom_bytes and rate > 0 else None
         seconds = exhaustion / steps_per_s if exhaustion is not None and steps_per_s else None
-        lines = [f"per-iteration leak: {top.name} grows {holder_rate}, too little for the curves to show yet"]
+        kind = "sporadic" if top.sporadic else "per-iteration"
+        lines = [f"{kind} leak: {top.name} grows {holder_rate}, too little for the curves to show yet"]
+        if top.sporadic:
+            named = [str(b) if a == b else f"{a}–{b}" for a, b in top.rises[:10]]
+            lines[0] += f" (in jumps, between {steps_word} {', '.join(named)})"
         if exhaustion is not None:
             if clock == "time":
                 when = f"~{format_duration(exhaustion, rough=True)}"
@@ -136,7 +162,7 @@ def fuse(
                 when = f"~{exhaustion:,.0f} {steps_word}" + (f" (~{format_duration(seconds, rough=True)})" if seconds else "")
             lines.append(f"at {holder_rate} this kernel is OOM-killed in {when}")
         return replace(
-            diagnosis, verdict="leak", leak_kind="per-iteration", resource="heap", per_step_bytes=rate,
+            diagnosis, verdict="leak", leak_kind=kind, resource="heap", per_step_bytes=rate,
             per_step_error_bytes=None, steps_to_exhaustion=exhaustion, seconds_to_exhaustion=seconds,
             advice=(*lines, *advice, *bounded),
         )

@@ -143,10 +143,9 @@ def diagnose(
         Series("ram", step_x, ram, ram_limit_bytes),
         Series("rss", step_x, columns["rss_bytes"], ram_limit_bytes),
     ]
-    workers = columns["workers_bytes"]
-    first_worker = next((i for i, v in enumerate(workers) if v > 0), None)
-    if first_worker is not None:  # from the first reading on: workers appearing is not growth
-        series.append(Series("workers", step_x[first_worker:], workers[first_worker:], ram_limit_bytes))
+    worker_x, worker_bytes = _readings(step_x, columns["workers_bytes"])
+    if worker_x:  # from the first reading on: workers appearing is not growth
+        series.append(Series("workers", worker_x, worker_bytes, ram_limit_bytes))
     series.append(Series("vram", step_x, columns["vram_allocated_bytes"], vram_limit_bytes))
     series.append(Series("vram_reserved", step_x, columns["vram_reserved_bytes"], vram_limit_bytes))
     series.append(Series("shm", step_x, columns["shm_used_bytes"], shm_limit_bytes))
@@ -163,6 +162,20 @@ def diagnose(
         first_pass_steps=first_pass_steps(timeline, clock, loader, first_pass_batches),
         clock=clock,
     )
+
+
+def _readings(xs: Sequence[float], values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The workers' PSS is read about once a second and carried into every step sample in between:
+    keep the samples where a new reading shows (and the last), so a steady rise is not a staircase."""
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for i, (x, y) in enumerate(zip(xs, values)):
+        if not y > 0:
+            continue
+        if not out_y or y != out_y[-1] or i == len(values) - 1:
+            out_x.append(x)
+            out_y.append(y)
+    return out_x, out_y
 
 
 def rates_of(diagnosis: Diagnosis) -> dict[str, float]:

@@ -168,6 +168,7 @@ class MemwatchSession:
         self._requests = StepRequests(on_error=self._absorb_callback_error)
         self._tracker: HolderTracker | None = None
         self._step_samples_cpu_s = 0.0  # what the step samples cost on the training thread, every clock
+        self._live_suspects_at_step: int | None = None
         self.holder_scans = 0  # leak-finder scans during the run, and their wall time (training thread)
         self.holder_scan_s = 0.0
         self._live_holder: tuple[int, str | None] = (-1, None)  # (tracker scans, line) computed for
@@ -373,6 +374,9 @@ class MemwatchSession:
 
         def make_report() -> None:
             self._final_readings()
+            if self._tracker is not None:
+                self._live_suspects_at_step = first_named_step(self._tracker.snapshot())  # before the last point
+                self._tracker.final_scan(self.steps)
             self.report = assemble_report(self._evidence(worker_death() or exc, self._find_suspects()))
 
         try:
@@ -463,15 +467,11 @@ class MemwatchSession:
             clock=self.clock,
             optimizer_steps=self.clock_counts["optimizer"],
             training_loader=self.training_loader(),
-            holder_series=self._holder_series(suspects),
-            live_suspects_at_step=None if self._tracker is None else first_named_step(self._tracker.snapshot()),
+            holder_series={} if self._tracker is None else self._tracker.snapshot(),
+            live_suspects_at_step=self._live_suspects_at_step,
         )
 
-    def _holder_series(self, suspects: tuple[Suspect, ...]) -> dict[str, list[tuple[int, int]]]:
-        """Each holder's sizes at the scans during the run, and at the end-of-cell scan."""
-        if self._tracker is None:
-            return {}
-        return self._tracker.add_final(self.steps, {s.name: s.retained_bytes for s in suspects})
+
 
     def __enter__(self) -> MemwatchSession:
         return self.start()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .model import VerdictName
 from .units import format_bytes, format_duration, plural_noun, rate_unit
@@ -169,10 +169,16 @@ def _excess_growth(xs: Sequence[float], ys: Sequence[float], rate: float) -> lis
 
 
 def _typical_rate(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """The growth rate of the typical step: the median of the intervals' rates, each weighted by its steps.
+    """The growth rate of the typical step: the median step-to-step change where the series has enough
+    of them, else the median of the intervals' rates, each weighted by its steps.
 
     Weighting by steps lets a thinned stretch count for the steps it covers; a median lets a few
     jumps or temporaries (a minority of the steps) leave it alone, unlike a fitted slope."""
+    single = sorted(y1 - y0 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:]) if x1 - x0 == 1)
+    if len(single) >= 2 * MIN_STEPS:
+        # enough step-by-step evidence (the densely sampled start): a thinned stretch's few long
+        # intervals must not outvote it, or jumps every 40th step read as a steady rate
+        return statistics.median(single)
     rated = sorted(((y1 - y0) / (x1 - x0), x1 - x0) for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:]) if x1 > x0)
     half = sum(gap for _, gap in rated) / 2
     walked = 0.0
@@ -364,17 +370,39 @@ _KILLED_BY = {
 }
 
 
+def _total_growth(series: Series) -> float:
+    """Last minus first reading, warm-up included (what copying a dataset page by page adds)."""
+    _, ys = _clean(series)
+    return ys[-1] - ys[0] if ys else 0.0
+
+
+def _still_copying(series: Series) -> ResourceFinding | None:
+    """Workers whose memory was still rising at their last readings, from too few readings for the
+    detector (PSS is read a few times a second): a leak of the process tree while it goes on, at the
+    average rate since the first reading."""
+    xs, ys = _clean(series)
+    readings = [(x, y) for i, (x, y) in enumerate(zip(xs, ys)) if i == 0 or y != ys[i - 1]]
+    if len(readings) < 3 or readings[-1][1] <= readings[-2][1] or xs[-1] <= xs[0]:
+        return None
+    growth = ys[-1] - ys[0]
+    rate = growth / (xs[-1] - xs[0])
+    exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / rate) if series.limit_bytes and rate > 0 else None
+    return ResourceFinding("ram", "leak", "per-iteration", rate, None, 0, 0.0, growth, (), exhaustion, growth)
+
+
 def _copy_on_access_projection(
     series: Series, finding: ResourceFinding, first_pass: tuple[int, int] | None
 ) -> str:
     """Where the workers' memory ends up once the first pass has touched the whole dataset."""
     xs, ys = _clean(series)
-    if first_pass is None or not ys or not finding.per_step_bytes:
+    if first_pass is None or not ys:
         return ""
     first, last = first_pass
     now = xs[-1]
     if now >= last:
         return f" The first pass is complete: the workers should stay near {format_bytes(ys[-1])}."
+    if not finding.per_step_bytes:
+        return ""
     projected = ys[-1] + finding.per_step_bytes * (last - now)
     return f" Projected: ~{format_bytes(projected)} for the workers by the end of the first pass (step {last})."
 
@@ -412,12 +440,16 @@ def decide(
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
         )
     heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
-    if (
-        workers and workers.verdict in ("leak", "suspect") and heap and heap.verdict == "clean"
-        and workers.net_growth_bytes >= COPY_ON_ACCESS_MIN_BYTES
-    ):
+    copy_on_access = None
+    if workers and heap and heap.verdict == "clean" and _total_growth(by_resource["workers"]) >= COPY_ON_ACCESS_MIN_BYTES:
+        # growth that stopped after the first pass is bounded (the advice says where it stays); growth
+        # still going on is the process tree's leak: the OOM killer counts the workers' memory
+        if workers.verdict in ("leak", "suspect"):
+            copy_on_access = replace(workers, resource="ram")
+        elif workers.verdict == "unknown":  # too few PSS readings for a slope: one short epoch
+            copy_on_access = _still_copying(by_resource["workers"])
         advice.append(
-            f"DataLoader workers' memory grows ({format_bytes(workers.per_step_bytes or 0)}/{unit}, by PSS) while "
+            f"DataLoader workers' memory grew by {format_bytes(_total_growth(by_resource['workers']))} (by PSS) while "
             "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "
             "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
             "np.frombuffer / pyarrow for strings) avoid it."
@@ -438,6 +470,8 @@ def decide(
             continue  # explained above: fragmentation or the workers' copy-on-access
         if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
             chosen = f
+    if copy_on_access is not None and (chosen is None or (chosen.verdict == "suspect" and copy_on_access.verdict == "leak")):
+        chosen = copy_on_access
     relevant = [f for f in findings.values() if f.resource not in ("vram_reserved", "workers", "rss")]
     if chosen is None:
         if graph_suspects:
@@ -458,8 +492,9 @@ def decide(
     if chosen.per_epoch_bytes is not None:
         headline = f"{chosen.leak_kind} leak in {chosen.resource}: {format_bytes(chosen.per_epoch_bytes)} per epoch"
     else:
+        error = chosen.per_step_error_bytes
         headline = f"{chosen.leak_kind} leak in {chosen.resource}: {rate}" + (
-            f" ± {format_bytes(chosen.per_step_error_bytes or 0)}" if chosen.leak_kind == "per-iteration" else ""
+            f" ± {format_bytes(error)}" if chosen.leak_kind == "per-iteration" and error is not None else ""
         )
     if chosen.sporadic_steps:
         named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]

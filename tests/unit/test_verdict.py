@@ -126,12 +126,23 @@ def test_rss_growth_with_flat_heap_is_fragmentation() -> None:
     assert v.verdict == "clean" and any("malloc_trim" in a for a in v.advice)
 
 
-def test_worker_growth_with_flat_heap_is_explained_not_called_a_kernel_leak() -> None:
+def test_workers_still_growing_with_a_flat_heap_are_the_process_trees_leak_explained() -> None:
     heap = series(noisy(100, 8 * 1024, seed=14))
     workers = series(noisy(100, 8 * 1024, seed=15, per_step=MIB), "workers")  # ~100 MiB over the run
     ram = series(noisy(100, 8 * 1024, seed=16, per_step=MIB), "ram")
     v = decide([heap, ram, workers])
-    assert v.verdict == "clean" and any("copy-on-access" in a for a in v.advice)
+    assert (v.verdict, v.leak_kind, v.resource) == ("leak", "per-iteration", "ram")  # the OOM killer counts it
+    assert v.per_step_bytes == pytest.approx(MIB, rel=0.05)
+    assert any("copy-on-access" in a and "grew by" in a for a in v.advice)
+
+
+def test_workers_that_stopped_growing_after_the_first_pass_are_explained_not_a_leak() -> None:
+    heap = series(noisy(120, 8 * 1024, seed=19))
+    rise = [BASE + min(i, 30) * 4 * MIB for i in range(120)]  # 120 MiB copied during the first pass, then flat
+    v = decide([heap, series(rise, "workers")], first_pass_steps=(1, 30))
+    assert v.verdict == "clean"
+    advice = next(a for a in v.advice if "copy-on-access" in a)
+    assert "grew by 120.0 MiB" in advice and "The first pass is complete" in advice
 
 
 def test_copy_on_access_projection_to_the_end_of_the_first_pass() -> None:

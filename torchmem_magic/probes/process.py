@@ -175,6 +175,7 @@ class ChildProcess:
     pss_bytes: int | None = None
     uss_bytes: int | None = None
     next_pss_s: float = 0.0
+    first_seen_s: float = 0.0
 
     def memory_bytes(self) -> int | None:
         """PSS where read at least once, else RSS (an upper bound)."""
@@ -217,7 +218,10 @@ class ProcessTreeProbe:
     columns: tuple[str, ...] = ("ram_bytes", "rss_bytes", "workers_bytes", "workers")
     CHILDREN_REFRESH_S = 0.5
     PSS_MIN_PERIOD_S = 1.0
-    PSS_COST_FACTOR = 50.0  # wait at least 50x what the last PSS read cost
+    YOUNG_PSS_MIN_PERIOD_S = 0.25  # a worker's first seconds: copy-on-access shows there, in one short epoch
+    YOUNG_S = 10.0
+    PSS_COST_FACTOR = 40.0  # wait at least 40x what the last PSS read cost (≤ 2.5% of a core a worker) ...
+    YOUNG_PSS_COST_FACTOR = 20.0  # ... 5% in a worker's first seconds (the read is kernel work, off the GIL)
 
     def __init__(self, pid: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.pid = os.getpid() if pid is None else pid
@@ -243,8 +247,9 @@ class ProcessTreeProbe:
 
     def _refresh_children(self) -> None:
         found = descendant_pids(self.pid)
+        now = self._clock()
         for pid in found.difference(self._children):
-            self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=pid in self._worker_processes)
+            self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=pid in self._worker_processes, first_seen_s=now)
         for pid in set(self._children).difference(found):
             self._forget(pid)
 
@@ -254,7 +259,7 @@ class ProcessTreeProbe:
             self._worker_processes[pid] = process
             child = self._children.get(pid)
             if child is None:
-                self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=True)
+                self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=True, first_seen_s=self._clock())
             else:
                 child.is_worker = True
 
@@ -292,7 +297,12 @@ class ProcessTreeProbe:
                 started = time.perf_counter()
                 reading = read_proportional_memory(pid)
                 cost_s = time.perf_counter() - started
-                child.next_pss_s = now + max(self.PSS_MIN_PERIOD_S, self.PSS_COST_FACTOR * cost_s)
+                young = now - child.first_seen_s < self.YOUNG_S
+                min_period_s, factor = (
+                    (self.YOUNG_PSS_MIN_PERIOD_S, self.YOUNG_PSS_COST_FACTOR) if young
+                    else (self.PSS_MIN_PERIOD_S, self.PSS_COST_FACTOR)
+                )
+                child.next_pss_s = now + max(min_period_s, factor * cost_s)
                 if reading is not None:
                     child.pss_bytes, child.uss_bytes = reading.pss_bytes, reading.uss_bytes
                     if child.is_worker:
