@@ -96,7 +96,13 @@ def replace_section(text: str, name: str, body: str) -> str:
 
 
 def main() -> None:
-    tables = {"bench": render(), "verdicts": verdicts.main()}
+    """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
+    makers = {"bench": render, "verdicts": verdicts.main}
+    wanted = sys.argv[1:] or list(makers)
+    unknown = set(wanted) - set(makers)
+    if unknown:
+        raise SystemExit(f"unknown table(s) {sorted(unknown)}; known: {', '.join(makers)}")
+    tables = {name: makers[name]() for name in wanted}
     text = README.read_text()
     for name, body in tables.items():
         text = replace_section(text, name, body)

@@ -405,6 +405,8 @@ def assemble_report(evidence: RunEvidence) -> Report:
         warning = shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
         death_advice += [warning] if warning else []
     rates, clock = rates_of(diagnosis), evidence.clock
+    if diagnosis.resource is not None and diagnosis.per_step_bytes is not None:
+        rates[diagnosis.resource] = diagnosis.per_step_bytes  # the table quotes the verdict's own rate
 
     def with_rate(summary: _Summary | None, resource: str) -> _Summary | None:
         return None if summary is None else replace(summary, per_step_bytes=per_step(rates, timeline, resource, clock))

@@ -83,7 +83,7 @@ class GraphWalker:
             if stopped_at is not None:
                 stats.graph_estimated = True
                 if nodes >= cap // 2:  # one graph bigger than the cap: a long chain
-                    extra = _chain_estimate(stopped_at)
+                    extra = _chain_estimate(entry.tensor.grad_fn, stopped_at, nodes)
                     stats.graph_nodes += extra
                     entry.graph_nodes += extra
                 break
@@ -174,10 +174,20 @@ def _oldest_node(entries: list[ReachedTensor], sample: int = 256) -> float:
     return min(numbers, default=float("inf"))
 
 
-def _chain_estimate(node: Any) -> int:
-    """Nodes left behind the cap, from autograd sequence numbers (nodes are numbered as created)."""
+def _sequence_nr(node: Any) -> int | None:
     try:
-        sequence_nr = int(node._sequence_nr())
+        number = int(node._sequence_nr())
     except Exception:
+        return None
+    return number if 0 <= number < 1 << 62 else None  # AccumulateGrad nodes carry UINT64_MAX
+
+
+def _chain_estimate(head: Any, stopped_at: Any, walked: int) -> int:
+    """Nodes left behind the cap, from autograd sequence numbers (nodes are numbered as created, by
+    every graph of the thread): the walked part says what share of the numbers belongs to this chain,
+    and the same share of the numbers below where the walk stopped is counted."""
+    first, last = _sequence_nr(head), _sequence_nr(stopped_at)
+    if first is None or last is None or last <= 0:
         return 0
-    return sequence_nr if 0 < sequence_nr < 1 << 62 else 0  # AccumulateGrad nodes carry UINT64_MAX
+    density = min(1.0, walked / (first - last)) if first > last else 1.0
+    return int(last * density)
