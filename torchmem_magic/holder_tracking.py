@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from .scan.results import Budget, Root, RootStats
 from .scan.scanner import scan_roots
@@ -22,6 +23,12 @@ from .suspects import classify
 #: makes its later deletion overflow the C stack, and scans repeat, so a run touches at most
 #: MAX_SCANS x 200 nodes of any chain (the end-of-cell scan adds its own 20,000).
 MID_RUN_BUDGET = Budget(time_s=0.05, graph_node_cap=200, max_findings=0)
+
+
+def mid_run_budget(sequence_floor: int) -> Budget:
+    """The scans' limits; a chain's unwalked part is counted only down to `sequence_floor`, the autograd
+    sequence number when the run began (earlier runs' nodes carry lower numbers)."""
+    return replace(MID_RUN_BUDGET, sequence_floor=sequence_floor)
 MAX_SCANS = 60
 #: scans thin out as the run goes on (each waits a quarter of the run so far), so MAX_SCANS cover
 #: the first seconds densely and still reach hours into a long run
@@ -42,6 +49,7 @@ class HolderTracker:
             list that the loop fills is one); the others only at the full scans.
         full_scan_cost_s: what a scan of everything is expected to cost (the scan before the cell
             tells), so the first full scan also waits for room in the budget.
+        sequence_floor: the autograd sequence number when the run began (see `mid_run_budget`).
         budget_share: most of the run's wall time the scans may take, beyond a one-off `start_allowance_s`
             that lets the first scans come quickly (a holder is named within a few dozen steps).
         min_gap_s: least time between two scans.
@@ -54,12 +62,14 @@ class HolderTracker:
         baseline: dict[str, int] | None = None,
         cheap: set[str] | None = None,
         full_scan_cost_s: float = 0.0,
+        sequence_floor: int = 0,
         budget_share: float = 0.01,
         start_allowance_s: float = 0.03,
         min_gap_s: float = 0.02,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._roots = roots
+        self._budget = mid_run_budget(sequence_floor)
         self._baseline = dict(baseline or {})
         self._cheap = set(cheap or ())
         self._budget_share = budget_share
@@ -96,7 +106,7 @@ class HolderTracker:
         full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self.spent_s + self._full_cost_s <= allowed_s
         if not full:
             roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
-        result = scan_roots(roots, MID_RUN_BUDGET) if roots else None
+        result = scan_roots(roots, self._budget) if roots else None
         del roots
         if result is not None:
             self._record(step, result.roots)
@@ -134,11 +144,3 @@ class HolderTracker:
     def snapshot(self) -> dict[str, list[tuple[int, int]]]:
         with self._lock:
             return {name: list(points) for name, points in self._series.items()}
-
-    def final_scan(self, step: int) -> None:
-        """One last measure at the end of the run, with the same limits as the others (so the last
-        point compares with them; the end-of-cell scan's own figures are more thorough)."""
-        last = max((points[-1][0] for points in self._series.values() if points), default=None)
-        if last is not None and last < step:
-            self.scans = min(self.scans, MAX_SCANS - 1)  # the end is measured even after MAX_SCANS
-            self.scan(step)

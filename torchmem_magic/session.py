@@ -98,6 +98,18 @@ def validate_interval_ms(interval_ms: float) -> float:
     return float(interval_ms)
 
 
+def _autograd_sequence_nr() -> int:
+    """The number autograd gives the next node made on this thread (nodes are numbered as created)."""
+    import torch
+
+    with torch.enable_grad():
+        node = (torch.zeros(1, requires_grad=True) * 1).grad_fn
+    try:
+        return int(node._sequence_nr()) if node is not None else 0
+    except Exception:
+        return 0
+
+
 def _despite_worker_deaths(action: Callable[[], None], interruptions: list[BaseException]) -> None:
     """Run `action` (safe to repeat), again when torch's SIGCHLD handler interrupts it with a
     "DataLoader worker ... killed" error; the interruptions are collected for the caller."""
@@ -322,7 +334,9 @@ class MemwatchSession:
                 before = scan_roots(self._roots(), START_SCAN_BUDGET)
                 self._baseline = baseline_of(before)
                 cheap = {s.name for s in before.roots if s.objects < CHEAP_OBJECTS and not s.truncated}
-                self._tracker = HolderTracker(self._roots, self._baseline, cheap, before.elapsed_s)
+                self._tracker = HolderTracker(
+                    self._roots, self._baseline, cheap, before.elapsed_s, sequence_floor=_autograd_sequence_nr()
+                )
             self._started_s = self._clock()
             self.timeline.by_time.append(self._background_row())
             self._hooks = TrainingHooks(self._on_tick, self._on_pass)
@@ -375,8 +389,7 @@ class MemwatchSession:
         def make_report() -> None:
             self._final_readings()
             if self._tracker is not None:
-                self._live_suspects_at_step = first_named_step(self._tracker.snapshot())  # before the last point
-                self._tracker.final_scan(self.steps)
+                self._live_suspects_at_step = first_named_step(self._tracker.snapshot())
             self.report = assemble_report(self._evidence(worker_death() or exc, self._find_suspects()))
 
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -69,6 +70,7 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     assert second > first, f"curve did not grow while busy: {first} -> {second}"
     status = page.inner_text(".jp-Notebook .widget-html")
     assert "steps/s" in status and "heap" in status
+    assert "growing: kept +2.0 MiB/step, tensors" in status.replace("\xa0", " ")  # the holder, named while it runs
 
     # a click while the cell is busy acts at the next optimizer step (JupyterLab routes it to a subshell)
     page.click(".jp-Notebook button:has-text('gc + empty_cache')")
@@ -89,3 +91,25 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     page.screenshot(path=str(ARTIFACTS / "live_done.png"), full_page=True)
     page.locator(".torchmem-report").scroll_into_view_if_needed()
     page.locator(".torchmem-report").screenshot(path=str(ARTIFACTS / "report.png"))
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "01_memwatch_quickstart.ipynb"
+BUSY_WITH_HOLDER_NAMED_JS = """() => {
+  const cells = Array.from(document.querySelectorAll('.jp-CodeCell'));
+  return cells.some(c => c.querySelector('.jp-InputPrompt').textContent.trim() === '[*]:'
+    && c.innerText.replace(/\\u00a0/g, ' ').includes('growing: val_outputs'));
+}"""
+
+
+def test_the_quickstart_names_the_leaking_holder_while_its_cell_runs(lab: Lab, page: Any) -> None:
+    (lab.root / QUICKSTART.name).write_bytes(QUICKSTART.read_bytes())
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.goto(f"{lab.url}/lab/tree/{QUICKSTART.name}?token={lab.token}")
+    _wait(page, KERNEL_IDLE_JS)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    _wait(page, BUSY_WITH_HOLDER_NAMED_JS, timeout_s=240)
+    cell = page.locator(".jp-CodeCell", has_text="growing: val_outputs").first
+    cell.scroll_into_view_if_needed()
+    cell.screenshot(path=str(ARTIFACTS / "quickstart_holder_named_live.png"))
+    status = cell.locator(".widget-html").first.inner_text().replace("\xa0", " ")
+    assert "growing: val_outputs +" in status and "autograd graphs" in status

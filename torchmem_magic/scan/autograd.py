@@ -42,7 +42,10 @@ class GraphWalker:
     already counted (the user holds it directly, or an earlier graph saved it), nor for parameters.
     """
 
-    def __init__(self, torch: Any, node_cap: int, deadline: float, counted_storages: set[StorageKey]) -> None:
+    def __init__(
+        self, torch: Any, node_cap: int, deadline: float, counted_storages: set[StorageKey], sequence_floor: int = 0
+    ) -> None:
+        self._sequence_floor = sequence_floor
         self._torch = torch
         self._node_cap = node_cap
         self._deadline = deadline
@@ -83,7 +86,7 @@ class GraphWalker:
             if stopped_at is not None:
                 stats.graph_estimated = True
                 if nodes >= cap // 2:  # one graph bigger than the cap: a long chain
-                    extra = _chain_estimate(entry.tensor.grad_fn, stopped_at, nodes)
+                    extra = _chain_estimate(entry.tensor.grad_fn, stopped_at, nodes, self._sequence_floor)
                     stats.graph_nodes += extra
                     entry.graph_nodes += extra
                 break
@@ -182,12 +185,12 @@ def _sequence_nr(node: Any) -> int | None:
     return number if 0 <= number < 1 << 62 else None  # AccumulateGrad nodes carry UINT64_MAX
 
 
-def _chain_estimate(head: Any, stopped_at: Any, walked: int) -> int:
+def _chain_estimate(head: Any, stopped_at: Any, walked: int, floor: int = 0) -> int:
     """Nodes left behind the cap, from autograd sequence numbers (nodes are numbered as created, by
     every graph of the thread): the walked part says what share of the numbers belongs to this chain,
-    and the same share of the numbers below where the walk stopped is counted."""
+    and the same share of the numbers between `floor` and where the walk stopped is counted."""
     first, last = _sequence_nr(head), _sequence_nr(stopped_at)
-    if first is None or last is None or last <= 0:
+    if first is None or last is None or last <= floor:
         return 0
     density = min(1.0, walked / (first - last)) if first > last else 1.0
-    return int(last * density)
+    return int((last - floor) * density)

@@ -36,6 +36,7 @@ class Budget:
     graph_node_cap: int = 20_000  # per root; why there is a cap at all: see autograd.py
     max_findings: int = 1_000
     max_children: int = 10_000  # non-tensor children taken from one container
+    sequence_floor: int = 0  # a long chain's unwalked nodes are counted down to this autograd sequence number
 
 
 @dataclass(frozen=True)

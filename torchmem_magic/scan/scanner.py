@@ -85,7 +85,7 @@ class Scanner:
         by_root: dict[str, list[ReachedTensor]] = {}
         for entry in self._tensors:
             by_root.setdefault(entry.root.name, []).append(entry)
-        walker = GraphWalker(self.torch, self.budget.graph_node_cap, self._deadline, self._storages)
+        walker = GraphWalker(self.torch, self.budget.graph_node_cap, self._deadline, self._storages, self.budget.sequence_floor)
         walker.walk([(stats_by_name[name], entries) for name, entries in by_root.items()])
         result = ScanResult(
             roots=sorted(stats_by_name.values(), key=lambda s: -s.retained_bytes),
