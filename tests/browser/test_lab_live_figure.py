@@ -94,10 +94,12 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
 
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "01_memwatch_quickstart.ipynb"
+# JupyterLab renders only the cells near the viewport: keep the running one in view while waiting
 BUSY_WITH_HOLDER_NAMED_JS = """() => {
-  const cells = Array.from(document.querySelectorAll('.jp-CodeCell'));
-  return cells.some(c => c.querySelector('.jp-InputPrompt').textContent.trim() === '[*]:'
-    && c.innerText.replace(/\\u00a0/g, ' ').includes('growing: val_outputs'));
+  const busy = Array.from(document.querySelectorAll('.jp-CodeCell'))
+    .filter(c => c.querySelector('.jp-InputPrompt').textContent.trim() === '[*]:');
+  busy.forEach(c => c.scrollIntoView({block: 'end'}));
+  return busy.some(c => c.innerText.replace(/\\u00a0/g, ' ').includes('growing: val_outputs'));
 }"""
 
 
