@@ -1,10 +1,8 @@
 """The public surface and the import-time contract (no torch, no IPython, no work at import)."""
 
-import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import torchmem_magic
 
