@@ -377,9 +377,10 @@ def _total_growth(series: Series) -> float:
 
 
 def _still_copying(series: Series) -> ResourceFinding | None:
-    """Workers whose memory was still rising at their last readings, from too few readings for the
-    detector (PSS is read a few times a second): a leak of the process tree while it goes on, at the
-    average rate since the first reading."""
+    """Workers whose memory was still rising at their last readings: a leak of the process tree while
+    it goes on, at the average rate since the first reading (copying pages slows down as fewer are
+    left, so a fitted slope of the early readings would overstate it; PSS is read only a few times a
+    second, often too few readings for the detector)."""
     xs, ys = _clean(series)
     readings = [(x, y) for i, (x, y) in enumerate(zip(xs, ys)) if i == 0 or y != ys[i - 1]]
     if len(readings) < 3 or readings[-1][1] <= readings[-2][1] or xs[-1] <= xs[0]:
@@ -444,9 +445,7 @@ def decide(
     if workers and heap and heap.verdict == "clean" and _total_growth(by_resource["workers"]) >= COPY_ON_ACCESS_MIN_BYTES:
         # growth that stopped after the first pass is bounded (the advice says where it stays); growth
         # still going on is the process tree's leak: the OOM killer counts the workers' memory
-        if workers.verdict in ("leak", "suspect"):
-            copy_on_access = replace(workers, resource="ram")
-        elif workers.verdict == "unknown":  # too few PSS readings for a slope: one short epoch
+        if workers.verdict != "clean":  # "unknown": too few PSS readings for the detector, one short epoch
             copy_on_access = _still_copying(by_resource["workers"])
         advice.append(
             f"DataLoader workers' memory grew by {format_bytes(_total_growth(by_resource['workers']))} (by PSS) while "

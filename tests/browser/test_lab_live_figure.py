@@ -107,9 +107,15 @@ def test_the_quickstart_names_the_leaking_holder_while_its_cell_runs(lab: Lab, p
     (lab.root / QUICKSTART.name).write_bytes(QUICKSTART.read_bytes())
     ARTIFACTS.mkdir(exist_ok=True)
     page.goto(f"{lab.url}/lab/tree/{QUICKSTART.name}?token={lab.token}")
-    _wait(page, KERNEL_IDLE_JS)
+    # the page may still show the notebook an earlier test opened: run-all must reach this one
+    this_notebook = f"!!w && !!w.context && w.context.path.endsWith('{QUICKSTART.name}')"
+    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-    _wait(page, BUSY_WITH_HOLDER_NAMED_JS, timeout_s=240)
+    try:
+        _wait(page, BUSY_WITH_HOLDER_NAMED_JS, timeout_s=240)
+    except TimeoutError:
+        page.screenshot(path=str(ARTIFACTS / "quickstart_timeout.png"), full_page=True)
+        raise
     cell = page.locator(".jp-CodeCell", has_text="growing: val_outputs").first
     cell.scroll_into_view_if_needed()
     cell.screenshot(path=str(ARTIFACTS / "quickstart_holder_named_live.png"))
