@@ -183,7 +183,7 @@ class MemwatchSession:
         self._live_suspects_at_step: int | None = None
         self.holder_scans = 0  # leak-finder scans during the run, and their wall time (training thread)
         self.holder_scan_s = 0.0
-        self._live_holder: tuple[int, str | None] = (-1, None)  # (tracker scans, line) computed for
+        self._live_holder: tuple[int, str | None] = (-1, None)  # (scans it was computed at, the holder line)
 
     # ------------------------------------------------------------------ sampling
     def _elapsed_s(self) -> float:
