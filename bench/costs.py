@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from torchmem_magic import MemwatchSession
+from torchmem_magic.hooks import TrainingHooks
 from torchmem_magic.probes.heap import HeapProbe
 from torchmem_magic.timeline import COLUMNS, Timeline
 
@@ -40,7 +41,14 @@ def hot_path_costs() -> dict[str, float]:
         sampled_us = _median_us(sampled_step)
         filing_us = _median_us(session._file_step_rows, n=1) / 2000  # files the 2,000 queued rows
         tick_us = _median_us(session._background_row, n=500)
+    module, x = torch.nn.Identity(), torch.zeros(1)
+    bare_call_us = _median_us(lambda: module(x))
+    forward_clock = TrainingHooks(lambda clock: None, lambda loader_pass: None)
+    with forward_clock:
+        hooked_call_us = _median_us(lambda: module(x))
     return {
+        "a module call (nn.Identity), bare": bare_call_us,
+        "a module call with the forward clock's hooks (loops without backward)": hooked_call_us,
         "step hook, step not sampled": skipped_us,
         "step hook, step sampled (training thread)": sampled_us,
         "filing one step row (sampler thread)": filing_us,

@@ -78,7 +78,10 @@ def first_named_step(series: dict[str, list[tuple[int, int]]]) -> int | None:
     named = []
     for name, points in series.items():
         ordered = sorted(points)
-        for k in range(MIN_POINTS, len(ordered) + 1):
+        rises = [k for k in range(1, len(ordered)) if ordered[k][1] > ordered[k - 1][1]]
+        if len(rises) < 2:
+            continue  # growing needs two rises: a flat holder is never named (most are flat)
+        for k in range(max(MIN_POINTS, rises[1] + 1), len(ordered) + 1):
             if holder_trend(name, ordered[:k]).growing:
                 named.append(ordered[k - 1][0])
                 break
@@ -120,14 +123,15 @@ def fuse(
 
     - A holder that grows with the steps is a leak even when no curve can show it; its rate and an
       exhaustion projection come from its own series.
-    - A holder that does not grow is not a leak (mentioned when it is big, as bounded).
+    - A holder that does not grow is not a leak (mentioned when it is big, as bounded); graphs new in
+      the cell that too few scans could judge make the verdict "suspect".
     - Agreement and disagreement between the two are said plainly (`tracked`: the holders were
       scanned during the run, so "no holder grows" means something).
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
     growing = sorted((t for t in trends.values() if t.growing), key=lambda t: -(t.growth_per_step or 0.0))
-    advice = [a for a in diagnosis.advice if "holds autograd graphs that grew" not in a]
+    advice = list(diagnosis.advice)
     bounded = [
         f"{t.name} holds {format_bytes(t.last_bytes)} (bounded: it did not grow over the run)"
         for t in trends.values() if t.bounded and t.last_bytes >= BOUNDED_MENTION_BYTES
@@ -167,13 +171,14 @@ def fuse(
             advice=(*lines, *advice, *bounded),
         )
     new_graphs = [s.name for s in suspects if s.kind == "autograd-graph" and s.new_in_cell]
-    if diagnosis.verdict == "suspect" and diagnosis.leak_kind is None and new_graphs:
+    if diagnosis.verdict in ("clean", "unknown") and new_graphs:
+        # graphs new in the cell are the only evidence: they decide, whatever the curves had too few steps for
+        rest = advice[1:] if diagnosis.verdict == "unknown" else advice  # drop "too few steps for a verdict"
         if all(name in trends and trends[name].bounded for name in new_graphs):
-            # the only evidence was graphs new in the cell, and none of them grows
-            return replace(diagnosis, verdict="clean", advice=(*advice, *bounded))
-        advice = [f"{', '.join(new_graphs)} holds autograd graphs new in this cell; too few scans to tell whether "
-                  "they grow", *advice]
-        return replace(diagnosis, advice=(*advice, *bounded))
+            return replace(diagnosis, verdict="clean", advice=(*rest, *bounded))
+        lines = [f"{', '.join(new_graphs)} holds autograd graphs new in this cell; too few scans to tell whether "
+                 "they grow"]
+        return replace(diagnosis, verdict="suspect", advice=(*lines, *rest, *bounded))
     judged = all(trends.get(s.name) is not None and trends[s.name].growth_per_step is not None
                  for s in suspects if s.new_in_cell)
     if diagnosis.verdict == "leak" and tracked and judged:

@@ -121,7 +121,6 @@ def diagnose(
     ram_limit_bytes: float,
     vram_limit_bytes: float | None = None,
     shm_limit_bytes: float | None = None,
-    graph_holders: Sequence[str] = (),
     first_pass_batches: int | None = None,
     max_points: int = 200,
     clock: Clock = "optimizer",
@@ -157,7 +156,6 @@ def diagnose(
         [s for s in series if any(not math.isnan(v) for v in s.values)],
         epoch_steps=[e + (0.0 if clock == "time" else 1.0) for e in epoch_starts(timeline, clock, loader)],
         steps_per_s=steps_per_s,
-        graph_suspects=graph_holders,
         max_points=max_points,
         first_pass_steps=first_pass_steps(timeline, clock, loader, first_pass_batches),
         clock=clock,
@@ -382,7 +380,6 @@ def assemble_report(evidence: RunEvidence) -> Report:
         )
     vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
     suspects = with_trends(evidence.suspects, evidence.holder_series)
-    graph_holders = [s.name for s in suspects if s.kind == "autograd-graph" and s.new_in_cell]
     curves = diagnose(
         timeline,
         evidence.steps,
@@ -390,7 +387,6 @@ def assemble_report(evidence: RunEvidence) -> Report:
         ram_limit_bytes=float(evidence.ram_limit_bytes),
         vram_limit_bytes=None if vram is None else vram_headroom_bytes(vram),
         shm_limit_bytes=None if shm is None else shm.limit_bytes,
-        graph_holders=graph_holders,
         first_pass_batches=evidence.first_pass_batches,
         clock=evidence.clock,
         loader=evidence.training_loader,

@@ -30,13 +30,13 @@ from .probes.shm import ShmProbe
 from .results import Report
 from .report import (
     LIVE_VERDICT_STEPS,
-    training_loader,
     RunEvidence,
     ShmEvidence,
     WorkerEvidence,
     assemble_report,
     diagnose,
     live_status,
+    training_loader,
 )
 from .sampler import Sampler
 from .scan.results import Budget, Root
@@ -288,13 +288,13 @@ class MemwatchSession:
             self.listener.on_tick(self)
 
     def request(self, action: Callable[[], None]) -> None:
-        """Run `action` at the next optimizer-step boundary, on the training thread (thread-safe).
+        """Run `action` at the next step boundary, on the training thread (thread-safe).
 
         This is how a button clicked mid-run acts without racing the training loop."""
         self._requests.request(action)
 
     def request_stop(self) -> None:
-        """End the block at the next optimizer-step boundary (StopTraining); the report still renders."""
+        """End the block at the next step boundary (StopTraining); the report still renders."""
         self._requests.request_stop()
 
     @property
@@ -493,9 +493,10 @@ class MemwatchSession:
         self.stop(exc)
 
     # ------------------------------------------------------------------ live figures
-    def live_verdict(self) -> Diagnosis | None:
+    def live_verdict(self, loader: int | None = None) -> Diagnosis | None:
         """The verdict over the run so far, recomputed at most once a second (sampler thread);
-        None before LIVE_VERDICT_STEPS steps (or samples, for a loop without a step clock)."""
+        None before LIVE_VERDICT_STEPS steps (or samples, for a loop without a step clock).
+        `loader`: the training loader, when the caller knows it already."""
         enough = self.timeline.by_time.count if self.clock == "time" else self.steps
         if enough < LIVE_VERDICT_STEPS or self._started_s is None:
             return None
@@ -504,7 +505,7 @@ class MemwatchSession:
             diagnosis = diagnose(
                 self.timeline, self.steps, self._elapsed_s(), float(self._limit.limit_bytes),
                 first_pass_batches=self._first_pass_batches, max_points=64,
-                clock=self.clock, loader=self.training_loader(),
+                clock=self.clock, loader=self.training_loader() if loader is None else loader,
             )
             self._live = (now, diagnosis)
         return self._live[1]
@@ -524,9 +525,10 @@ class MemwatchSession:
     def live_status(self) -> LiveStatus:
         """A snapshot for the live status line."""
         tree_workers = self._tree.workers if self._tree is not None else 0
+        loader = self.training_loader()
         return live_status(
-            self.timeline, self.steps, self._elapsed_s(), tree_workers, self.live_verdict(),
-            clock=self.clock, loader=self.training_loader(), holder=self.live_holder(),
+            self.timeline, self.steps, self._elapsed_s(), tree_workers, self.live_verdict(loader),
+            clock=self.clock, loader=loader, holder=self.live_holder(),
         )
 
     def epoch_markers(self) -> list[tuple[float, float]]:

@@ -412,7 +412,6 @@ def decide(
     series: Sequence[Series],
     epoch_steps: Sequence[float] = (),
     steps_per_s: float | None = None,
-    graph_suspects: Sequence[str] = (),
     max_points: int = 200,
     first_pass_steps: tuple[int, int] | None = None,
     clock: str = "optimizer",
@@ -424,7 +423,6 @@ def decide(
             "vram_reserved", "shm"). Only heap, vram, ram and shm can be the leaking resource.
         epoch_steps: step counts at which each epoch (DataLoader iterator) started.
         steps_per_s: to turn steps until exhaustion into wall-clock time.
-        graph_suspects: names holding autograd graphs that grew in the cell (makes at least "suspect").
         first_pass_steps: (first, last) step of a multi-worker DataLoader's first pass, to project
             where copy-on-access growth will stop.
         clock: what a step is ("optimizer", "batch", ..., "time": x is seconds), for the wording.
@@ -473,10 +471,6 @@ def decide(
         chosen = copy_on_access
     relevant = [f for f in findings.values() if f.resource not in ("vram_reserved", "workers", "rss")]
     if chosen is None:
-        if graph_suspects:
-            advice.insert(0, f"{', '.join(graph_suspects)} holds autograd graphs that grew in this cell; "
-                          "the curves cannot show it yet")
-            return Diagnosis("suspect", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
         if all(f.verdict == "unknown" for f in relevant):  # also when no step was sampled at all
             warm = max((f.warmup_steps for f in relevant), default=0)
             needs = MIN_STEPS + warm

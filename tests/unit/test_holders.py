@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -98,12 +100,18 @@ def test_agreement_and_disagreement_are_said() -> None:
 
 
 def test_graphs_new_in_the_cell_that_do_not_grow_are_not_a_leak() -> None:
-    suspected = diagnosis("suspect", advice=("last holds autograd graphs that grew in this cell; the curves cannot show it yet",))
     last = suspect("last", points([9_800] * 12))  # the last step's 14-node graph, kept
-    assert fuse(suspected, [last], "optimizer", None, None).verdict == "clean"
+    assert fuse(diagnosis("clean"), [last], "optimizer", None, None).verdict == "clean"
+    too_short = diagnosis("unknown", advice=("too few steps for a verdict: needs at least 12 sampled steps",))
+    assert fuse(too_short, [last], "optimizer", None, None) == replace(too_short, verdict="clean", advice=())
     unjudged = suspect("last", points([9_800] * 2))
-    still = fuse(suspected, [unjudged], "optimizer", None, None)
-    assert still.verdict == "suspect" and still.advice[0].startswith("last holds autograd graphs new in this cell; too few scans")
+    for curves in (diagnosis("clean"), too_short):
+        still = fuse(curves, [unjudged], "optimizer", None, None)
+        assert still.verdict == "suspect" and still.advice == (
+            "last holds autograd graphs new in this cell; too few scans to tell whether they grow",
+        )
+    old = replace(unjudged, new_in_cell=False)  # graphs that were there before the cell are not evidence
+    assert fuse(diagnosis("clean"), [old], "optimizer", None, None).verdict == "clean"
 
 
 # ----------------------------------------------------------------------------- the scans during the run

@@ -141,3 +141,17 @@ def test_the_status_line_quotes_the_live_verdict_and_its_rates() -> None:
     assert "heap 520.0 MiB (+1.0 MiB/step)" in line and line.endswith("verdict so far: leak: per-iteration in heap")
     early = live_status(tl, 20, 0.2, 0, None)
     assert early.verdict is None and early.heap_per_step == pytest.approx(MIB, rel=0.01)  # a first figure
+
+
+def test_epochs_are_the_passes_of_the_loader_that_carries_the_steps() -> None:
+    from torchmem_magic.report import epoch_starts, training_loader
+
+    tl = Timeline()
+    for epoch in range(3):  # loader 1 (train) carries 8 steps a pass; loader 2 (validation) none
+        tl.add_pass(epoch * 1.0, 1, (8 * epoch, 8 * epoch, 10 * epoch, 0))
+        tl.add_pass(epoch * 1.0 + 0.8, 2, (8 * epoch + 8, 8 * epoch + 8, 10 * epoch + 8, 0))
+    credits = {("optimizer", 1): 24, ("batch", 1): 24, ("batch", 2): 6}
+    assert training_loader("optimizer", credits, tl.passes) == 1
+    assert epoch_starts(tl, "optimizer", 1) == [0.0, 8.0, 16.0] and tl.epoch_count(1) == 3
+    assert training_loader("forward", {}, {1: 3, 2: 5}) == 2  # no steps carried: the loader with most passes
+    assert training_loader("time", {}, {}) is None and tl.epoch_count(None) == 6

@@ -107,9 +107,6 @@ def test_too_few_steps_is_unknown_and_says_how_many() -> None:
     assert v.verdict == "unknown" and "needs at least" in v.advice[0]
 
 
-def test_graph_holders_make_at_least_suspect() -> None:
-    v = decide([series(noisy(100, 1024, seed=10))], graph_suspects=["history"])
-    assert v.verdict == "suspect" and "history" in v.advice[0]
 
 
 def test_exhaustion_in_steps_and_time_said_plainly() -> None:

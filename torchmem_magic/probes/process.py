@@ -232,7 +232,6 @@ class ProcessTreeProbe:
         self._announced: list[tuple[int, Any]] = []  # appended from the hook's thread, drained by read()
         self._next_refresh_s = 0.0
         self.children_bytes = 0.0  # children's memory at the last read (the step samples reuse it)
-        self.workers_bytes = 0.0
         self.workers = 0
         self.worker_peaks: dict[int, tuple[int, int]] = {}  # pid -> (PSS peak, USS peak) of DataLoader workers
         self.worker_exits: dict[int, WorkerExit] = {}
@@ -316,7 +315,7 @@ class ProcessTreeProbe:
             if child.is_worker:
                 workers_bytes += size
                 workers += 1
-        self.children_bytes, self.workers_bytes, self.workers = float(children_bytes), float(workers_bytes), workers
+        self.children_bytes, self.workers = float(children_bytes), workers
         return {
             "ram_bytes": rss + children_bytes,
             "rss_bytes": rss,
