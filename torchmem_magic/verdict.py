@@ -440,14 +440,17 @@ def decide(
         )
     heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
     copy_on_access = None
-    if workers and heap and heap.verdict == "clean" and _total_growth(by_resource["workers"]) >= COPY_ON_ACCESS_MIN_BYTES:
+    workers_growth = _total_growth(by_resource["workers"]) if workers else 0.0
+    # the kernel's heap explains little of it: flat, or a small fraction of what the workers added
+    heap_aside = heap is not None and (heap.verdict == "clean" or heap.net_growth_bytes < 0.25 * workers_growth)
+    if workers and heap_aside and workers_growth >= COPY_ON_ACCESS_MIN_BYTES:
         # growth that stopped after the first pass is bounded (the advice says where it stays); growth
         # still going on is the process tree's leak: the OOM killer counts the workers' memory
         if workers.verdict != "clean":  # "unknown": too few PSS readings for the detector, one short epoch
             copy_on_access = _still_copying(by_resource["workers"])
         advice.append(
-            f"DataLoader workers' memory grew by {format_bytes(_total_growth(by_resource['workers']))} (by PSS) while "
-            "the kernel's heap is flat: workers copying a dataset of Python objects page by page as they read "
+            f"DataLoader workers' memory grew by {format_bytes(workers_growth)} (by PSS) while "
+            "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they read "
             "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
             "np.frombuffer / pyarrow for strings) avoid it."
             + _copy_on_access_projection(by_resource["workers"], workers, first_pass_steps)
@@ -463,7 +466,7 @@ def decide(
         f = findings.get(name)
         if f is None or f.verdict not in ("leak", "suspect"):
             continue
-        if name == "ram" and findings.get("heap") and findings["heap"].verdict == "clean":
+        if name == "ram" and (copy_on_access is not None or (findings.get("heap") and findings["heap"].verdict == "clean")):
             continue  # explained above: fragmentation or the workers' copy-on-access
         if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
             chosen = f

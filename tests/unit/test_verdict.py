@@ -133,6 +133,15 @@ def test_workers_still_growing_with_a_flat_heap_are_the_process_trees_leak_expla
     assert any("copy-on-access" in a and "grew by" in a for a in v.advice)
 
 
+def test_a_heap_without_a_verdict_does_not_hide_the_workers_copy_on_access() -> None:
+    heap = series(noisy(10, 8 * 1024, seed=20))  # too few heap readings for a verdict: "unknown", not "clean"
+    workers = series(noisy(100, 8 * 1024, seed=21, per_step=MIB), "workers")
+    ram = series(noisy(100, 8 * 1024, seed=22, per_step=1.5 * MIB), "ram")  # the tree: workers and more
+    v = decide([heap, ram, workers])
+    assert (v.verdict, v.resource) == ("leak", "ram") and any("copy-on-access" in a for a in v.advice)
+    assert v.per_step_bytes == pytest.approx(MIB, rel=0.05)  # the workers' rate, not the whole tree's
+
+
 def test_workers_that_stopped_growing_after_the_first_pass_are_explained_not_a_leak() -> None:
     heap = series(noisy(120, 8 * 1024, seed=19))
     rise = [BASE + min(i, 30) * 4 * MIB for i in range(120)]  # 120 MiB copied during the first pass, then flat
