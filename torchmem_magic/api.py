@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .ranks.agent import adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession
 
@@ -45,5 +46,6 @@ def memwatch(
         else:
             roots = functools.partial(_module_roots, namespace)
     return MemwatchSession(
-        interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources
+        interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources,
+        rank_agent=adopt_forked,
     )

@@ -79,6 +79,7 @@ class HolderTracker:
         self._lock = threading.Lock()  # series are written here and read by the live figure's thread
         self._series: dict[str, list[tuple[int, int]]] = {}
         self.kinds: dict[str, str] = {}  # name -> suspect kind at the last scan ("autograd-graph", ...)
+        self.last_stats: dict[str, RootStats] = {}  # name -> what the last scan that measured it found
         self._started_s: float | None = None  # the first step: setup before the loop does not count
         self._next_scan_s = 0.0
         self.scans = 0
@@ -132,6 +133,7 @@ class HolderTracker:
                     before = self._baseline.get(stats.name)
                     series = self._series[stats.name] = [] if before is None else [(0, before)]
                 self.kinds[stats.name] = classify(stats) or "tensors"
+                self.last_stats[stats.name] = stats
                 series.append((step, stats.retained_bytes))
                 if len(series) > MAX_POINTS:
                     del series[1::2]  # keep the first point (the baseline) and every other one
@@ -140,6 +142,7 @@ class HolderTracker:
         """A better step clock replaced the current one: the steps recorded so far mean something else."""
         with self._lock:
             self._series.clear()
+            self.last_stats.clear()
 
     def snapshot(self) -> dict[str, list[tuple[int, int]]]:
         with self._lock:

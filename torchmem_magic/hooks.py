@@ -14,6 +14,10 @@ Every loop has some notion of a step; these hooks see four, in order of preferen
 A class-level wrap of `DataLoader.__iter__` marks each pass of a loader (an epoch, once the session
 knows which loader carries the steps) and reports the worker processes.
 
+The hooks live in torch's global tables and classes, so a process forked while they are installed
+has them too: a step there is handed to `on_foreign_process` (which may watch that process as a
+rank and `adopt` the hooks), never counted as the watcher's own.
+
 `TrainingHooks` always removes what it installed. Callbacks run inside the user's loop, so their
 exceptions are counted, never raised into it, except a DataLoader worker's death (the user's error).
 """
@@ -21,6 +25,7 @@ exceptions are counted, never raised into it, except a DataLoader worker's death
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -83,11 +88,20 @@ class TrainingHooks:
     Args:
         on_tick: called after each step of any clock, on the thread that made it.
         on_pass: called when a DataLoader pass starts.
+        on_foreign_process: called with (these hooks, the clock or None for a loader pass) when they
+            fire in a process forked from the one that installed them.
     """
 
-    def __init__(self, on_tick: Callable[[StepClock], None], on_pass: Callable[[LoaderPass], None]) -> None:
+    def __init__(
+        self,
+        on_tick: Callable[[StepClock], None],
+        on_pass: Callable[[LoaderPass], None],
+        on_foreign_process: Callable[[TrainingHooks, StepClock | None], None] | None = None,
+    ) -> None:
         self._on_tick = on_tick
         self._on_pass = on_pass
+        self.on_foreign_process = on_foreign_process
+        self.pid = os.getpid()  # the process whose steps these hooks count
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []
         self._patches: list[_Patch] = []
@@ -110,9 +124,31 @@ class TrainingHooks:
         if not self.active:
             return
         try:
+            if os.getpid() != self.pid:
+                self._foreign(clock)
+                return
             self._on_tick(clock)
         except Exception as exc:  # KeyboardInterrupt (the Stop button) still propagates
             self.absorb_error(exc)
+
+    def _foreign(self, clock: StepClock | None) -> None:
+        """A step or a loader pass in a forked process: its own watcher (if any) takes over."""
+        handler = self.on_foreign_process
+        if handler is None:
+            self.active = False  # this process's copy: nobody watches it
+            return
+        handler(self, clock)
+
+    def adopt(
+        self,
+        on_tick: Callable[[StepClock], None],
+        on_pass: Callable[[LoaderPass], None],
+        on_foreign_process: Callable[[TrainingHooks, StepClock | None], None] | None,
+    ) -> None:
+        """In a forked process: count this process's steps for its own session from now on."""
+        self._on_tick, self._on_pass, self.on_foreign_process = on_tick, on_pass, on_foreign_process
+        self.pid = os.getpid()
+        self._forward_state = threading.local()
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
@@ -124,6 +160,7 @@ class TrainingHooks:
         if self.active:
             raise RuntimeError("hooks are already installed")
         self.active = True
+        self.pid = os.getpid()
         try:
             self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
             self._patches.append(_Patch(torch.autograd, "_engine_run_backward", self._wrap_backward))
@@ -198,7 +235,12 @@ class TrainingHooks:
     def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def __iter__(loader: Any) -> Any:
             iterator = original(loader)
-            if self.active:
+            if self.active and os.getpid() != self.pid:
+                try:
+                    self._foreign(None)
+                except Exception as exc:
+                    self.absorb_error(exc)
+            if self.active and os.getpid() == self.pid:
                 try:
                     number = self._loader_numbers.setdefault(loader, len(self._loader_numbers) + 1)
                     self._iterator_loaders[iterator] = number

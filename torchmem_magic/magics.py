@@ -18,6 +18,7 @@ from IPython.display import display
 
 from .check import check_roots
 from .notebook import notebook_roots, recent_sources
+from .ranks.agent import adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
 from .step_requests import StopTraining
@@ -98,6 +99,7 @@ class MemwatchMagics(Magics):
                 shm_path=args.shm_path,
                 roots=None if args.no_scan else (lambda: notebook_roots(self.shell)),
                 sources=[cell, *recent_sources(self.shell)],
+                rank_agent=adopt_forked,
             )
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None

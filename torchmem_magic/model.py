@@ -48,6 +48,23 @@ class _SchemaDict:
         return out
 
 
+def from_schema_dict(cls: Any, data: dict[str, Any]) -> Any:
+    """The inverse of `to_dict()` for a class whose fields are plain values or tuples of them
+    (what travels between processes); keys it lacks take the field's default."""
+    kwargs = {}
+    for f in fields(cls):
+        key = _key(f.name, f.metadata)
+        if key is None or key not in data:
+            continue
+        value = data[key]
+        kwargs[f.name] = _tupled(value) if isinstance(value, list) else value
+    return cls(**kwargs)
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(_tupled(v) if isinstance(v, list) else v for v in value) if isinstance(value, list) else value
+
+
 class _VersionedSchemaDict(_SchemaDict):
     """A top-level result's `to_dict()`: the schema version first, so readers of saved data can tell
     which layout they hold."""
@@ -150,6 +167,40 @@ class Suspect(_SchemaDict):
     growth_per_step: float | None = None  # bytes a step this holder grew by over the run
     series: tuple[tuple[int, int], ...] = ()  # (step, retained bytes) at each scan of the run
     first_seen_step: int | None = None  # 0 when it held memory before the cell started
+    rank: int | None = None  # the rank whose process holds it, in a multi-process run
+
+
+@dataclass(frozen=True)
+class RankSummary(_SchemaDict):
+    """One rank (process) of a multi-process run: its own memory, steps, verdict and holders.
+
+    `status` says how the rank ended: "ok", "error", "interrupted", "killed" (it stopped reporting
+    without finishing: a signal, the OOM killer, or its launcher stopping it), or "running" (still
+    alive when the watch ended). `ended` is how, where known ("SIGKILL", "exit code 1").
+    """
+
+    rank: int
+    pid: int
+    host: str
+    ram: RamSummary
+    heap: HeapSummary | None
+    vram: VramSummary | None
+    steps: int
+    verdict: VerdictName
+    leak_kind: str | None
+    resource: str | None
+    steps_to_exhaustion: float | None
+    suspects: tuple[Suspect, ...]
+    clock: Clock = "optimizer"
+    per_step_bytes: float | None = None  # the verdict's rate for `resource`
+    status: str = "ok"
+    ended: str | None = None
+    wall_s: float = 0.0
+    last_seen_s: float = 0.0  # seconds into the watch of its last message
+    local_rank: int | None = None
+    advice: tuple[str, ...] = ()
+    dropped_messages: int = field(default=0, metadata={"key": "dropped"})  # lost to a full transport buffer
+    timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
 
 @dataclass(frozen=True)
@@ -236,7 +287,7 @@ class ReportData(_VersionedSchemaDict):
     optimizer_steps: int = 0
     per_epoch_bytes: float | None = None  # a per-epoch leak's growth per epoch of the training loader
     live_suspects_at_step: int | None = None  # first step a holder was named while the cell ran
-    ranks: tuple[Any, ...] | None = None  # per-rank reports of a multi-process run; None: one process
+    ranks: tuple[RankSummary, ...] | None = None  # per-rank reports of a multi-process run; None: one process
     worst_rank: int | None = None
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 

@@ -17,6 +17,7 @@ from .forensics import WorkerExit, death_from_exits, explain_worker_death, parse
 from .holders import fuse, with_trends
 from .model import (
     Clock,
+    RankSummary,
     DeviceMemory,
     HeapSummary,
     LiveStatus,
@@ -28,6 +29,7 @@ from .model import (
     VramSummary,
     WorkerSummary,
 )
+from .ranks.merge import with_ranks
 from .results import Report
 from .timeline import NAN, DecimatingSeries, Timeline
 from .verdict import Diagnosis, Series, decide, robust_slope
@@ -81,6 +83,7 @@ class RunEvidence:
     training_loader: int | None = None  # the loader whose passes are the epochs (None: every pass)
     holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> (step, bytes) at scans
     live_suspects_at_step: int | None = None
+    ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -407,7 +410,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
     def with_rate(summary: _Summary | None, resource: str) -> _Summary | None:
         return None if summary is None else replace(summary, per_step_bytes=per_step(rates, timeline, resource, clock))
 
-    return Report(
+    report = Report(
         status=status_of(exc),
         wall_s=evidence.wall_s,
         samples=by_time.count,
@@ -436,3 +439,4 @@ def assemble_report(evidence: RunEvidence) -> Report:
         live_suspects_at_step=evidence.live_suspects_at_step,
         timeline=timeline,
     )
+    return with_ranks(report, evidence.ranks)

@@ -8,18 +8,19 @@ an exception or KeyboardInterrupt.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .forensics import parse_worker_death
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
-from .holders import first_named_step, holder_trend, live_holder_line
-from .hooks import LoaderPass, TrainingHooks
+from .holders import first_named_step, holder_trend, live_holder_line, with_trends
+from .hooks import LoaderPass, StepClock, TrainingHooks
 from .model import STEP_CLOCKS, Clock, DeviceMemory, LiveStatus, SourceErrors, Suspect
 from .probes.accelerator import AcceleratorProbe, parse_device
 from .probes.base import ProbeReader, Reading
@@ -27,6 +28,7 @@ from .probes.heap import HeapProbe
 from .probes.limits import MemoryLimit, memory_limit, sharing_strategy
 from .probes.process import ProcessTreeProbe
 from .probes.shm import ShmProbe
+from .ranks.settings import ForkedProcessHandler, RankSettings
 from .results import Report
 from .report import (
     LIVE_VERDICT_STEPS,
@@ -43,9 +45,12 @@ from .scan.results import Budget, Root
 from .scan.scanner import scan_roots
 from .step_requests import StepRequests
 from .step_sampling import StepSamplingPolicy
-from .suspects import baseline_of, suspects_from_scan
+from .suspects import baseline_of, suspects_from_scan, suspects_from_stats
 from .timeline import NAN, Timeline
 from .verdict import Diagnosis
+
+if TYPE_CHECKING:
+    from .ranks.feed import RankFeeds
 
 DEFAULT_INTERVAL_MS = 100.0
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
@@ -86,6 +91,16 @@ def last_report() -> Report | None:
 
 def active_session() -> MemwatchSession | None:
     return _registry.active
+
+
+def forget_inherited_sessions() -> None:
+    """In a forked process: the watcher's session (copied with the memory) is not this process's."""
+    _registry.lock = threading.Lock()  # the parent may have held it while forking
+    inherited = _registry.active
+    if inherited is not None and inherited.ranks is not None:
+        inherited.ranks.close()  # only the socket's copy here: its directory stays the watcher's
+    _registry.active = None
+    _registry.last = None
 
 
 def validate_interval_ms(interval_ms: float) -> float:
@@ -136,6 +151,15 @@ class MemwatchSession:
         sources: code in which a suspect's fix line is looked for.
         clock: wall clock in seconds (injectable for tests).
         cpu_clock: this thread's CPU time in seconds: what a step sample costs, a GIL wait excluded.
+        watch_ranks: listen for ranks (processes forked from this one, or a watched command's) and
+            report each of them.
+        train_hooks: install the step clocks (a watcher of another command's processes does not train).
+        timeline: where the rows go (a rank's streams them too).
+        adopt_hooks: hooks a forked process inherited, counted for this session instead of new ones.
+        keep_scanned_holders: report the holders the last mid-run scan saw even when the end-of-run
+            scan cannot reach them any more (a rank's training function has returned by then).
+        rank_agent: how a process forked from this one that trains is watched as a rank (None: it
+            is not watched).
     """
 
     def __init__(
@@ -149,6 +173,12 @@ class MemwatchSession:
         sources: list[str] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         cpu_clock: Callable[[], float] = time.thread_time,
+        watch_ranks: bool = True,
+        train_hooks: bool = True,
+        timeline: Timeline | None = None,
+        adopt_hooks: TrainingHooks | None = None,
+        keep_scanned_holders: bool = False,
+        rank_agent: ForkedProcessHandler | None = None,
     ) -> None:
         self.interval_s = validate_interval_ms(interval_ms) / 1000.0
         self.devices = None if device is None else [parse_device(str(device))]
@@ -158,7 +188,13 @@ class MemwatchSession:
         self._roots = roots
         self._sources = list(sources or [])
         self._clock, self._cpu_clock = clock, cpu_clock
-        self.timeline = Timeline()
+        self.timeline = Timeline() if timeline is None else timeline
+        self._watch_ranks, self._train_hooks = watch_ranks, train_hooks
+        self._adopt_hooks, self._keep_scanned_holders = adopt_hooks, keep_scanned_holders
+        self._rank_agent = rank_agent
+        self.ranks: RankFeeds | None = None
+        self.evidence: RunEvidence | None = None  # what the report was assembled from
+        self.started_wall_s = 0.0
         self.clock_counts: dict[Clock, int] = dict.fromkeys(STEP_CLOCKS, 0)
         self.clock: Clock = "time"  # the best clock seen so far: what a step is
         self._clock_generation = 0  # bumped when a better clock replaces the current one
@@ -191,9 +227,16 @@ class MemwatchSession:
             return 0.0
         return (self._ended_s if self._ended_s is not None else self._clock()) - self._started_s
 
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the session started (until it stopped)."""
+        return self._elapsed_s()
+
     def _background_row(self) -> Reading:
         """Sampler thread: the full reading, incl. children discovery and PSS at their slow rates."""
         self._file_step_rows()
+        if self.ranks is not None:
+            self.ranks.poll()
         row = self._background.read()
         row["t_s"], row["step"] = self._elapsed_s(), float(self.steps)
         self._last_slow = {name: row[name] for name in SLOW_COLUMNS}
@@ -205,6 +248,10 @@ class MemwatchSession:
     def steps(self) -> int:
         """Steps of the best clock seen so far (0 when none ticked: then the clock is time)."""
         return self.clock_counts[self.clock] if self.clock != "time" else 0
+
+    def tick(self, clock: StepClock) -> None:
+        """Count a step made before this session's hooks were its own (a rank adopting them mid-step)."""
+        self._on_tick(clock)
 
     def _on_tick(self, clock: Clock) -> None:
         """A step of any clock, on the thread that made it: must stay cheap.
@@ -326,6 +373,10 @@ class MemwatchSession:
             self._background = ProbeReader([self._tree, self._heap, self._accelerator, self._shm])
             self._per_step = ProbeReader([self._tree.kernel, self._heap, self._accelerator])
             self._limit: MemoryLimit = memory_limit()
+            if self._watch_ranks:
+                from .ranks.feed import RankFeeds
+
+                self.ranks = RankFeeds(self._clock)
             self._devices_start: tuple[DeviceMemory, ...] = tuple(self._accelerator.details())
             # cyclic garbage of earlier cells would otherwise be freed whenever the collector next runs,
             # as a drop in the middle of this cell's curves (seen to hide a per-epoch staircase)
@@ -338,9 +389,17 @@ class MemwatchSession:
                     self._roots, self._baseline, cheap, before.elapsed_s, sequence_floor=_autograd_sequence_nr()
                 )
             self._started_s = self._clock()
+            self.started_wall_s = time.time()
+            if self.ranks is not None:
+                self.ranks.start(self._started_s)
             self.timeline.by_time.append(self._background_row())
-            self._hooks = TrainingHooks(self._on_tick, self._on_pass)
-            self._hooks.install()
+            on_forked = self._forked_process_handler()
+            if self._adopt_hooks is not None:
+                self._hooks = self._adopt_hooks
+                self._hooks.adopt(self._on_tick, self._on_pass, on_forked)
+            elif self._train_hooks:
+                self._hooks = TrainingHooks(self._on_tick, self._on_pass, on_forked)
+                self._hooks.install()
             self._sampler = Sampler(
                 self._background_row,
                 self.timeline.by_time,
@@ -353,6 +412,16 @@ class MemwatchSession:
             self._teardown()
             raise
         return self
+
+    def _forked_process_handler(self) -> Callable[[TrainingHooks, StepClock | None], None] | None:
+        """How a process forked from this one is watched: as a rank streaming to this session."""
+        if self.ranks is None or self._rank_agent is None:
+            return None
+        settings = RankSettings(  # each rank watches the devices it uses itself
+            self.ranks.address, self.interval_s * 1000.0, shm_path=self.shm_path,
+            roots=self._roots, sources=tuple(self._sources),
+        )
+        return functools.partial(self._rank_agent, settings)
 
     def _teardown(self) -> None:
         """Remove hooks and stop the thread; idempotent, and first thing done on every exit path."""
@@ -390,7 +459,8 @@ class MemwatchSession:
             self._final_readings()
             if self._tracker is not None:
                 self._live_suspects_at_step = first_named_step(self._tracker.snapshot())
-            self.report = assemble_report(self._evidence(worker_death() or exc, self._find_suspects()))
+            self.evidence = self._evidence(worker_death() or exc, self._find_suspects())
+            self.report = assemble_report(self.evidence)
 
         try:
             _despite_worker_deaths(make_report, interruptions)
@@ -400,6 +470,8 @@ class MemwatchSession:
             self._roots = self._tracker = None  # the provider may reference the user's namespace
             if self._tree is not None:
                 self._tree.close()
+            if self.ranks is not None:
+                self.ranks.close()
         assert self.report is not None
         report = self.report
         _registry.last = report
@@ -425,7 +497,33 @@ class MemwatchSession:
     def _find_suspects(self) -> tuple[Suspect, ...]:
         if self._roots is None:
             return ()
-        return tuple(suspects_from_scan(scan_roots(self._roots(), END_SCAN_BUDGET), self._sources, self._baseline))
+        found = suspects_from_scan(scan_roots(self._roots(), END_SCAN_BUDGET), self._sources, self._baseline)
+        if self._keep_scanned_holders and self._tracker is not None:
+            names = {s.name for s in found}
+            gone = [stats for name, stats in self._tracker.last_stats.items() if name not in names]
+            found = sorted([*found, *suspects_from_stats(gone, self._sources, self._baseline)], key=lambda s: -s.retained_bytes)
+        return tuple(found)
+
+    @property
+    def holder_scans_so_far(self) -> int:
+        return self._tracker.scans if self._tracker is not None else self.holder_scans
+
+    def holders_so_far(self) -> tuple[dict[str, list[tuple[int, int]]], tuple[Suspect, ...]]:
+        """The holders' series and, as suspects, what the last mid-run scan saw of each (sampler thread)."""
+        tracker = self._tracker
+        if tracker is None:
+            return {}, ()
+        series = tracker.snapshot()
+        stats = list(tracker.last_stats.values())
+        return series, with_trends(tuple(suspects_from_stats(stats, self._sources, self._baseline)), series)
+
+    @property
+    def ram_limit(self) -> MemoryLimit:
+        return self._limit
+
+    @property
+    def heap_available(self) -> bool:
+        return self._heap.available
 
     def _source_errors(self) -> tuple[SourceErrors, ...]:
         counts = [*self._background.errors.values(), *self._per_step.errors.values()]
@@ -482,6 +580,7 @@ class MemwatchSession:
             training_loader=self.training_loader(),
             holder_series={} if self._tracker is None else self._tracker.snapshot(),
             live_suspects_at_step=self._live_suspects_at_step,
+            ranks=None if self.ranks is None else self.ranks.summaries(ended_by),
         )
 
 

@@ -11,6 +11,7 @@ function and its variable, as the user wrote them.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from .fixes import SourceFix, fix_accumulate, fix_append, fix_carry_over, function_sources
 from .model import Suspect
@@ -204,8 +205,15 @@ def suspects_from_scan(
     result: ScanResult, sources: list[str], baseline: dict[str, int] | None = None
 ) -> list[Suspect]:
     """Suspects, largest first. `baseline` (retained bytes per name at cell start) sets `new_in_cell`."""
+    return suspects_from_stats(result.roots, sources, baseline)
+
+
+def suspects_from_stats(
+    measured: Sequence[RootStats], sources: list[str], baseline: dict[str, int] | None = None
+) -> list[Suspect]:
+    """Suspects among the roots a scan measured, largest first (see `suspects_from_scan`)."""
     suspects = []
-    for stats in result.roots:
+    for stats in measured:
         kind = classify(stats)
         if kind is None:
             continue

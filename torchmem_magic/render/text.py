@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ..model import LiveStatus, MemcheckData, ReportData, Suspect, TensorFinding
+from ..model import LiveStatus, MemcheckData, RankSummary, ReportData, Suspect, TensorFinding
 from ..units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
 
 
@@ -84,7 +84,9 @@ def report_text(report: ReportData) -> str:
         lines.append(("  " + "  ".join(cells) + "  " + row[5]).rstrip())
     if report.steps < 3 and report.clock != "time":
         lines.append(f"  growth per {rate_unit(report.clock)} needs at least 3 {plural_noun(report.clock)}")
-    lines.append(f"  verdict: {report.verdict}")
+    lines += ranks_text(report.ranks)
+    worst = f" (worst rank: {report.worst_rank})" if report.worst_rank is not None else ""
+    lines.append(f"  verdict: {report.verdict}{worst}")
     lines += [f"  → {advice}" for advice in report.advice]
     lines += suspects_text(report.suspects)
     return "\n".join(lines)
@@ -114,6 +116,7 @@ def report_html(report: ReportData) -> str:
         f"<div class='torchmem-verdict'>verdict: <b style='color:{colour}'>{esc(report.verdict)}</b>"
         + (f"<ul>{advice}</ul>" if advice else "")
         + "</div>"
+        + ranks_html(report.ranks)
         + suspects_html(report.suspects)
         + "</div>"
     )
@@ -147,7 +150,58 @@ def status_line(status: LiveStatus) -> str:
     return " · ".join(parts)
 
 
+# ----------------------------------------------------------------------------- ranks
+
+RANK_HEADER = ["rank", "pid", "steps", "RAM peak", "heap peak", "VRAM peak", "growth", "verdict", "top holder"]
+
+
+def _rank_cells(rank: RankSummary) -> list[str]:
+    verdict = rank.verdict + (f" ({rank.leak_kind})" if rank.leak_kind else "")
+    if rank.status not in ("ok", "error", "interrupted"):
+        verdict += f", {rank.status}" + (f" ({rank.ended})" if rank.ended else "")
+    growth = "—"
+    if rank.resource and rank.per_step_bytes is not None:
+        growth = f"{rank.resource} {format_per_step(rank.per_step_bytes, rank.clock)}"
+    growing = sorted((s for s in rank.suspects if s.growth_per_step), key=lambda s: -(s.growth_per_step or 0.0))
+    holder = growing[0].name if growing else (rank.suspects[0].name if rank.suspects and rank.verdict == "leak" else "")
+    return [
+        str(rank.rank) + (f"@{rank.host}" if rank.host and rank.local_rank is not None and rank.rank != rank.local_rank else ""),
+        str(rank.pid),
+        f"{rank.steps:,}",
+        format_bytes(rank.ram.peak_bytes),
+        "—" if rank.heap is None else format_bytes(rank.heap.peak_bytes),
+        "—" if rank.vram is None else format_bytes(rank.vram.allocated_peak_bytes),
+        growth,
+        verdict,
+        holder,
+    ]
+
+
+def ranks_text(ranks: tuple[RankSummary, ...] | None) -> list[str]:
+    """The per-rank table of a multi-process run."""
+    if not ranks:
+        return []
+    rows = [RANK_HEADER, *(_rank_cells(r) for r in ranks)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(RANK_HEADER))]
+    lines = ["  ranks:"]
+    for row in rows:
+        cells = [c.rjust(w) if 0 < i < 7 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append(("    " + "  ".join(cells)).rstrip())
+    return lines
+
+
+def ranks_html(ranks: tuple[RankSummary, ...] | None) -> str:
+    if not ranks:
+        return ""
+    rows = [[html.escape(c) for c in _rank_cells(r)] for r in ranks]
+    return "<div class='torchmem-ranks'><b>Ranks</b>" + _table(RANK_HEADER, rows) + "</div>"
+
+
 # ----------------------------------------------------------------------------- suspects
+
+
+def _on_rank(suspect: Suspect) -> str:
+    return "" if suspect.rank is None else f"rank {suspect.rank}: "
 
 
 def suspects_text(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool = True) -> list[str]:
@@ -158,7 +212,7 @@ def suspects_text(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool =
     for s in suspects:
         new = (", new in cell" if s.new_in_cell else ", existed before") if in_cell else ""
         lines.append(
-            f"    {s.name} ({s.kind}): {format_bytes(s.retained_bytes)} retained, {_count(s.tensors, 'tensor')}, "
+            f"    {_on_rank(s)}{s.name} ({s.kind}): {format_bytes(s.retained_bytes)} retained, {_count(s.tensors, 'tensor')}, "
             f"{s.graph_nodes:,} graph nodes{new} — e.g. {s.path}"
         )
         lines.append(f"      fix: {s.fix}")
@@ -180,7 +234,7 @@ def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool =
     header = ["name", "kind", "tensors", "graph nodes", "retained", *(["new in cell"] if in_cell else []), "fix"]
     rows = [
         [
-            f"<b>{html.escape(s.name)}</b><br><small>{html.escape(s.path)}</small>",
+            f"{html.escape(_on_rank(s))}<b>{html.escape(s.name)}</b><br><small>{html.escape(s.path)}</small>",
             html.escape(s.kind),
             f"{s.tensors:,}",
             f"{s.graph_nodes:,}",

@@ -1,0 +1,297 @@
+"""The watched side of a multi-process run: a session inside each rank, streamed to the watcher.
+
+A rank is any process of the watched run that trains: one of the processes a notebook cell forks
+(`torch.multiprocessing.start_processes(..., start_method="fork")`, Lightning's `ddp_notebook`,
+Accelerate's `notebook_launcher`), or a process of a watched command (`torchrun` workers, a plain
+script). Nothing starts until the process makes its first step (an optimizer step, a backward
+pass, a DataLoader batch or an outermost module call), so launchers, DataLoader workers and helper
+processes cost nothing. The rank's own `MemwatchSession` then samples it, scans its holders (also
+in the locals of its training function) and streams all of it; its run ends when the process exits
+normally, and a rank that is killed leaves what it streamed up to its last quarter second.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import socket
+import sys
+import sysconfig
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from ..scan.results import Root
+from ..timeline import DecimatingSeries, Row, Timeline
+from .protocol import evidence_fields, row_values
+from .settings import RankSettings
+from .transport import Outbox, RankSender
+
+if TYPE_CHECKING:
+    from ..hooks import StepClock, TrainingHooks
+    from ..results import Report
+    from ..session import MemwatchSession
+
+STREAM_PERIOD_S = 0.25  # a killed rank loses at most this much of its record
+_CO_OPTIMIZED = 0x0001  # a function's frame (its locals are not a module's globals)
+
+
+# ----------------------------------------------------------------------------- holders in the training function
+
+
+@functools.lru_cache(maxsize=1)
+def _library_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    found.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this package
+    return tuple(sorted(os.path.join(os.path.realpath(p), "") for p in found))
+
+
+def is_user_code(filename: str) -> bool:
+    """A notebook cell or a script of the user's; not the standard library, an installed package or ours."""
+    if filename.startswith("<frozen"):
+        return False
+    if filename.startswith("<"):
+        return True  # <ipython-input-...>, <string>: typed by the user
+    return not os.path.realpath(filename).startswith(_library_prefixes())
+
+
+def training_frame_roots(skip: int = 1) -> list[Root]:
+    """The locals of the user's functions on this thread's stack, innermost first.
+
+    In a rank the training loop usually runs in a function (`def train(rank, world): history = []`),
+    so what leaks is a local variable, not a global; scans during the run happen at step boundaries
+    on the training thread, where those frames are alive."""
+    roots: list[Root] = []
+    seen: set[str] = set()
+    frame: FrameType | None = sys._getframe(skip)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_flags & _CO_OPTIMIZED and is_user_code(code.co_filename):
+            for name, value in list(frame.f_locals.items()):
+                if name in seen or name.startswith("_"):
+                    continue
+                seen.add(name)
+                roots.append(Root(name, "user", name, value))
+        frame = frame.f_back
+    del frame
+    return roots
+
+
+def rank_roots(shared: Callable[[], list[Root]] | None) -> list[Root]:
+    """The training function's locals, then the shared roots (a notebook's names) they do not shadow."""
+    local = training_frame_roots(skip=2)
+    names = {root.name for root in local}
+    return local + [root for root in (shared() if shared is not None else []) if root.name not in names]
+
+
+def script_roots() -> list[Root]:
+    """A watched script's global names (`__main__`), not `_private` ones."""
+    main = sys.modules.get("__main__")
+    namespace = getattr(main, "__dict__", {})
+    return [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
+
+
+def script_sources() -> tuple[str, ...]:
+    """The watched script's source, where a holder's fix line is looked for."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        with open(path, encoding="utf-8") as file:  # type: ignore[arg-type]
+            return (file.read(),)
+    except (OSError, TypeError, ValueError):
+        return ()
+
+
+# ----------------------------------------------------------------------------- the streamed timeline
+
+
+class _RelaySeries(DecimatingSeries):
+    """A series that also queues every row it gets for the watcher."""
+
+    def __init__(self, outbox: Outbox, kind: str, capacity: int) -> None:
+        super().__init__(capacity)
+        self._outbox, self._kind = outbox, kind
+
+    def append(self, row: Row) -> None:
+        super().append(row)
+        self._outbox.append([self._kind, row_values(row)])
+
+
+class RelayTimeline(Timeline):
+    """The rank session's timeline: every row, restart and loader pass is also queued for the watcher."""
+
+    def __init__(self, outbox: Outbox, capacity: int = 2000) -> None:
+        self._outbox = outbox
+        super().__init__(capacity)
+        self.by_time = _RelaySeries(outbox, "t", capacity)
+        self.by_step = _RelaySeries(outbox, "s", capacity)
+
+    def add_pass(self, t_s: float, loader: int, steps: tuple[int, ...]) -> None:
+        super().add_pass(t_s, loader, steps)
+        self._outbox.append(["p", t_s, loader, list(steps)])
+
+    def restart_steps(self) -> None:
+        self.by_step = _RelaySeries(self._outbox, "s", self.capacity)
+        self._outbox.append(["r"])
+
+
+# ----------------------------------------------------------------------------- the agent
+
+
+def rank_identity() -> tuple[int | None, int | None]:
+    """(rank, local rank) of this process: torch.distributed's when it is set up, else the launcher's
+    environment (torchrun sets RANK and LOCAL_RANK); None where neither says."""
+    rank = local = None
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            rank = int(dist.get_rank())
+    except Exception:
+        rank = None
+    for name, value in (("RANK", rank), ("LOCAL_RANK", local)):
+        if value is None and os.environ.get(name, "").isdigit():
+            if name == "RANK":
+                rank = int(os.environ[name])
+            else:
+                local = int(os.environ[name])
+    return rank, local
+
+
+class RankAgent:
+    """One rank's session and its stream to the watcher (the session's live listener)."""
+
+    tick_period_s = STREAM_PERIOD_S
+
+    def __init__(self, settings: RankSettings) -> None:
+        self.settings = settings
+        self.sender = RankSender(settings.address)
+        self.outbox = Outbox()
+        self.session: MemwatchSession | None = None
+        self._holder_scans_sent = -1
+        self._finished = False
+
+    def start(self, hooks: TrainingHooks | None = None) -> None:
+        """Start the rank's session (adopting `hooks` already installed in this process, if given)
+        and arrange for its run to end when the process exits."""
+        from ..session import MemwatchSession
+
+        settings = self.settings
+        self.session = MemwatchSession(
+            settings.interval_ms,
+            shm_path=settings.shm_path,
+            listener=self,
+            roots=functools.partial(rank_roots, settings.roots),
+            sources=list(settings.sources or script_sources()),
+            timeline=RelayTimeline(self.outbox),
+            adopt_hooks=hooks,
+            watch_ranks=False,
+            keep_scanned_holders=True,
+            rank_agent=adopt_forked,
+        )
+        session = self.session
+        session.start()
+        limit = session.ram_limit
+        self.sender.send({
+            "k": "hello", "pid": os.getpid(), "host": socket.gethostname(), **self._identity(),
+            "started_wall_s": session.started_wall_s, "interval_s": session.interval_s,
+            "ram_limit_bytes": limit.limit_bytes, "ram_limit_source": limit.source,
+            "heap_available": session.heap_available,
+        })
+        atexit.register(self.finish)
+        try:  # a multiprocessing child ends with os._exit(): atexit never runs there, its finalizers do
+            from multiprocessing import util
+
+            util.Finalize(None, self.finish, exitpriority=100)
+        except Exception:
+            pass
+
+    @staticmethod
+    def _identity() -> dict[str, Any]:
+        rank, local = rank_identity()
+        return {"rank": rank, "local_rank": local}
+
+    # the session's listener: runs on the rank's sampler thread
+    def on_tick(self, session: MemwatchSession) -> None:
+        self._flush(session)
+        tracker_scans = session.holder_scans_so_far
+        if tracker_scans != self._holder_scans_sent:
+            self._holder_scans_sent = tracker_scans
+            series, suspects = session.holders_so_far()
+            self.sender.send({
+                "k": "holders", "pid": os.getpid(),
+                "series": {name: [list(p) for p in points] for name, points in series.items()},
+                "suspects": [s.to_dict() for s in suspects],
+            })
+
+    def on_finish(self, session: MemwatchSession, report: Report) -> None:
+        pass  # `finish` sends the rest once the report (and so the evidence) exists
+
+    def _flush(self, session: MemwatchSession) -> None:
+        """Send the queued events, a datagram of up to 200 at a time; what does not go out waits."""
+        while len(self.outbox):
+            events = self.outbox.take()
+            message = {
+                "k": "events", "pid": os.getpid(), **self._identity(),
+                "clock": session.clock, "counts": dict(session.clock_counts),
+                "t_s": session.elapsed_s, "dropped": self.outbox.dropped, "events": events,
+            }
+            if not self.sender.send(message):
+                self.outbox.put_back(events)
+                return
+
+    def finish(self) -> None:
+        """End the rank's run (idempotent): stop its session, send the rest of the stream and the evidence."""
+        if self._finished or self.session is None:
+            return
+        self._finished = True
+        session = self.session
+        try:
+            session.stop()
+        finally:
+            deadline_messages = 50
+            while len(self.outbox) and deadline_messages:
+                events = self.outbox.take()
+                deadline_messages -= 1
+                self.sender.send_patiently({
+                    "k": "events", "pid": os.getpid(), **self._identity(), "clock": session.clock,
+                    "counts": dict(session.clock_counts), "t_s": session.elapsed_s,
+                    "dropped": self.outbox.dropped, "events": events,
+                })
+            if session.evidence is not None:
+                self.sender.send_patiently({
+                    "k": "final", "pid": os.getpid(), **self._identity(),
+                    "evidence": evidence_fields(session.evidence), "dropped": self.outbox.dropped,
+                })
+            self.sender.close()
+
+
+_agent: tuple[int, RankAgent] | None = None  # (pid, agent) of this process, once it trains
+
+
+def adopt_forked(settings: RankSettings, hooks: TrainingHooks, clock: StepClock | None) -> None:
+    """A watched process's hooks fired in a process forked from it: start watching that process as a
+    rank, unless it is a DataLoader worker (which never counts as a rank).
+
+    The forked process inherited the hooks (they live in torch's hook tables and patched classes);
+    its own session adopts them instead of installing new ones, so nothing is added to a hook table
+    while torch iterates it."""
+    global _agent
+    if _agent is not None and _agent[0] == os.getpid():
+        return
+    try:
+        from torch.utils.data import get_worker_info
+
+        if get_worker_info() is not None:
+            hooks.active = False  # this worker's copy only
+            return
+    except Exception:
+        return
+    from ..session import forget_inherited_sessions
+
+    forget_inherited_sessions()
+    agent = RankAgent(settings)
+    _agent = (os.getpid(), agent)
+    agent.start(hooks)
+    if clock is not None and agent.session is not None:
+        agent.session.tick(clock)

@@ -1,0 +1,213 @@
+"""The watcher's side: what each rank streamed, rebuilt into its timeline, and judged at the end.
+
+`RankFeeds` owns the socket the ranks send to. The watcher's sampler thread drains it every tick
+(`poll`), so ranks never wait; at the end, every rank's report is assembled from its stream with
+the same `assemble_report` a single process uses. A rank that stopped sending without its final
+message was killed: its report is what it sent until then, with how it ended where that can be
+known (its exit status while it is an unreaped child, or the launcher's exception).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..forensics import WorkerExit
+from ..model import RankSummary, Suspect, from_schema_dict
+from ..probes.process import exit_of
+from ..report import assemble_report
+from ..timeline import Timeline
+from .merge import summary_of
+from .protocol import apply_events, evidence_from
+from .transport import RankSink
+
+
+@dataclass
+class RankFeed:
+    """What one rank process sent so far."""
+
+    pid: int
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str = ""
+    started_wall_s: float = 0.0
+    offset_s: float = 0.0  # the rank's t_s 0 in the watcher's seconds
+    interval_s: float = 0.1
+    ram_limit_bytes: int = 0
+    ram_limit_source: str = "system"
+    heap_available: bool = False
+    timeline: Timeline = field(default_factory=Timeline)
+    clock: str = "time"
+    counts: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0  # the rank's own seconds at its last message
+    last_seen_s: float = 0.0  # the watcher's seconds at its last message
+    dropped: int = 0
+    holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    suspects: tuple[Suspect, ...] = ()
+    final: dict[str, Any] | None = None
+    exit: WorkerExit | None = None
+
+    @property
+    def steps(self) -> int:
+        return int(self.counts.get(self.clock, 0)) if self.clock != "time" else 0
+
+    def evidence_fields(self) -> dict[str, Any]:
+        """The rank's evidence: what it sent at the end, else what it had sent when it stopped."""
+        if self.final is not None:
+            return self.final
+        return {
+            "steps": self.steps, "wall_s": self.elapsed_s, "interval_s": self.interval_s,
+            "ram_limit_bytes": self.ram_limit_bytes, "ram_limit_source": self.ram_limit_source,
+            "heap_available": self.heap_available, "clock": self.clock,
+            "optimizer_steps": int(self.counts.get("optimizer", 0)),
+            "suspects": [s.to_dict() for s in self.suspects],
+            "holder_series": self.holder_series,
+        }
+
+
+def _alive(pid: int) -> bool:
+    """Running (not a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            state = file.read().rpartition(b")")[2].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+
+def _signal_name(name: str | None) -> str | None:
+    return name if not name or name.startswith("SIG") else f"SIG{name}"
+
+
+class RankFeeds:
+    """Every rank's feed, by pid (a process is one rank; its rank number may come later)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._sink = RankSink()
+        self.address = self._sink.address
+        self._clock = clock
+        self._started_s = clock()
+        self._started_wall_s = time.time()
+        self.feeds: dict[int, RankFeed] = {}
+        self._lock = threading.Lock()  # polled by the sampler thread, read by the live figure and at the end
+
+    def start(self, started_s: float) -> None:
+        """The watcher's t_s = 0 (its session's start), on `clock` and on the wall clock."""
+        self._started_s, self._started_wall_s = started_s, time.time()
+
+    def poll(self) -> None:
+        """Drain the socket (sampler thread): cheap when nothing came."""
+        messages = self._sink.receive()
+        now_s = self._clock() - self._started_s
+        with self._lock:
+            for message in messages:
+                self._apply(message, now_s)
+            for feed in self.feeds.values():
+                if feed.final is None and feed.exit is None:
+                    feed.exit = exit_of(feed.pid)
+
+    def _apply(self, message: dict[str, Any], now_s: float) -> None:
+        pid = message["pid"]
+        feed = self.feeds.get(pid)
+        if feed is None:
+            feed = self.feeds[pid] = RankFeed(pid)
+        feed.last_seen_s = now_s
+        if isinstance(message.get("rank"), int):
+            feed.rank = message["rank"]
+        if isinstance(message.get("local_rank"), int):
+            feed.local_rank = message["local_rank"]
+        kind = message["k"]
+        if kind == "hello":
+            feed.host = str(message.get("host", ""))
+            feed.started_wall_s = float(message.get("started_wall_s", 0.0))
+            feed.offset_s = feed.started_wall_s - self._started_wall_s
+            feed.interval_s = float(message.get("interval_s", 0.1))
+            feed.ram_limit_bytes = int(message.get("ram_limit_bytes", 0))
+            feed.ram_limit_source = str(message.get("ram_limit_source", "system"))
+            feed.heap_available = bool(message.get("heap_available", False))
+        elif kind == "events":
+            apply_events(feed.timeline, message.get("events", []))
+            feed.clock = str(message.get("clock", feed.clock))
+            feed.counts = dict(message.get("counts", feed.counts))
+            feed.elapsed_s = float(message.get("t_s", feed.elapsed_s))
+            feed.dropped = int(message.get("dropped", feed.dropped))
+        elif kind == "holders":
+            feed.holder_series = {n: [(int(s), int(b)) for s, b in p] for n, p in message.get("series", {}).items()}
+            feed.suspects = tuple(from_schema_dict(Suspect, s) for s in message.get("suspects", ()))
+        elif kind == "final":
+            feed.final = dict(message.get("evidence", {}))
+            feed.dropped = int(message.get("dropped", feed.dropped))
+
+    def snapshot(self) -> list[RankFeed]:
+        with self._lock:
+            return list(self.feeds.values())
+
+    def _numbers(self) -> dict[int, int]:
+        """pid -> rank number; processes that never said theirs get the next free numbers, in order of arrival."""
+        taken = {f.rank for f in self.feeds.values() if f.rank is not None}
+        numbers, free = {}, 0
+        for pid, feed in self.feeds.items():
+            if feed.rank is not None:
+                numbers[pid] = feed.rank
+                continue
+            while free in taken:
+                free += 1
+            numbers[pid] = free
+            taken.add(free)
+        return numbers
+
+    def summaries(self, ended_by: BaseException | None = None) -> tuple[RankSummary, ...] | None:
+        """Every rank's summary (None when no rank reported: a single-process run).
+
+        `ended_by` is what ended the watched block; a launcher's exception naming a process
+        (torch's `ProcessExitedException`) tells how that rank ended."""
+        with self._lock:
+            if not self.feeds:
+                return None
+            numbers = self._numbers()
+            out = []
+            for pid, feed in self.feeds.items():
+                if feed.final is None and feed.exit is None:
+                    feed.exit = exit_of(pid)
+                status, ended = self._ending(feed, ended_by)
+                report = assemble_report(evidence_from(feed.evidence_fields(), feed.timeline))
+                out.append(summary_of(
+                    report, rank=numbers[pid], pid=pid, host=feed.host, status=status, ended=ended,
+                    last_seen_s=feed.last_seen_s, local_rank=feed.local_rank, dropped=feed.dropped,
+                ))
+            return tuple(out)
+
+    @staticmethod
+    def _ending(feed: RankFeed, ended_by: BaseException | None) -> tuple[str | None, str | None]:
+        """(status, how it ended) for a rank without its final message; (None, ...) keeps the report's."""
+        exit_info = feed.exit
+        ended = None
+        if exit_info is not None and exit_info.signal_number is not None:
+            import signal
+
+            try:
+                ended = signal.Signals(exit_info.signal_number).name
+            except ValueError:
+                ended = f"signal {exit_info.signal_number}"
+        elif exit_info is not None and exit_info.exit_code:
+            ended = f"exit code {exit_info.exit_code}"
+        if ended is None and getattr(ended_by, "error_pid", None) == feed.pid:
+            signal_name = _signal_name(getattr(ended_by, "signal_name", None))
+            code = getattr(ended_by, "exit_code", None)
+            ended = signal_name or (f"exit code {code}" if code else None)
+        if feed.final is not None:
+            return None, ended
+        if _alive(feed.pid):
+            return "running", None
+        return "killed", ended
+
+    def close(self) -> None:
+        self._sink.close()

@@ -1,0 +1,185 @@
+"""Per-rank reports into one: which rank is worst, one line per rank, imbalance (pure, stdlib only).
+
+Averages hide the rank that leaks, so the report leads with the worst rank and keeps every rank's
+own verdict and holders. The worst rank is the one that died first (a killed rank stopped the run),
+else the one with the most severe verdict, then the fastest growth, then the highest peak memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+from ..model import RankSummary, ReportData, Suspect, VerdictName
+from ..units import format_bytes, format_duration, rate_unit
+
+R = TypeVar("R", bound=ReportData)
+SEVERITY: dict[str, int] = {"clean": 0, "unknown": 1, "suspect": 2, "leak": 3}
+IMBALANCE_SHARE = 0.10  # a rank's peak this much above the median is worth a line
+
+
+def summary_of(
+    report: ReportData,
+    *,
+    rank: int,
+    pid: int,
+    host: str,
+    status: str | None = None,
+    ended: str | None = None,
+    last_seen_s: float = 0.0,
+    local_rank: int | None = None,
+    dropped: int = 0,
+) -> RankSummary:
+    """One rank's entry, from the report assembled from what it streamed."""
+    rates = {
+        "ram": report.ram.per_step_bytes,
+        "heap": None if report.heap is None else report.heap.per_step_bytes,
+        "vram": None if report.vram is None else report.vram.per_step_bytes,
+        "shm": None if report.shm is None else report.shm.per_step_bytes,
+    }
+    return RankSummary(
+        rank=rank, pid=pid, host=host, ram=report.ram, heap=report.heap, vram=report.vram,
+        steps=report.steps, verdict=report.verdict, leak_kind=report.leak_kind, resource=report.resource,
+        steps_to_exhaustion=report.steps_to_exhaustion,
+        suspects=tuple(replace(s, rank=rank) for s in report.suspects),
+        clock=report.clock,
+        per_step_bytes=rates.get(report.resource) if report.resource else None,
+        status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s,
+        local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
+    )
+
+
+def _peak_bytes(rank: RankSummary) -> int:
+    if rank.vram is not None and rank.vram.allocated_peak_bytes:
+        return rank.vram.allocated_peak_bytes
+    return rank.ram.peak_bytes
+
+
+def first_to_die(ranks: Sequence[RankSummary]) -> RankSummary | None:
+    """The rank killed first: the others usually stopped because their launcher stopped them then."""
+    killed = [r for r in ranks if r.status == "killed"]
+    return min(killed, key=lambda r: r.last_seen_s) if killed else None
+
+
+def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:
+    if not ranks:
+        return None
+    died = first_to_die(ranks)
+    return max(ranks, key=lambda r: (
+        r is died, SEVERITY.get(r.verdict, 0), r.per_step_bytes or 0.0, _peak_bytes(r), -r.rank,
+    ))
+
+
+def _holder(rank: RankSummary) -> str:
+    growing = sorted((s for s in rank.suspects if s.growth_per_step), key=lambda s: -(s.growth_per_step or 0.0))
+    if growing:
+        top = growing[0]
+        return f"; {top.name} grows {format_bytes(top.growth_per_step or 0.0, signed=True)}/{rate_unit(rank.clock)}"
+    return f"; held by {rank.suspects[0].name}" if rank.verdict == "leak" and rank.suspects else ""
+
+
+def _ranks_word(numbers: Sequence[int]) -> str:
+    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(str(n) for n in numbers)
+
+
+def rank_line(rank: RankSummary) -> str:
+    """'rank 1: leak (per-iteration), heap +1.0 MiB/step; history grows +1.0 MiB/step'."""
+    line = f"rank {rank.rank}: {rank.verdict}"
+    if rank.leak_kind:
+        line += f" ({rank.leak_kind})"
+    if rank.resource and rank.per_step_bytes is not None:
+        line += f", {rank.resource} {format_bytes(rank.per_step_bytes, signed=True)}/{rate_unit(rank.clock)}"
+    line += _holder(rank)
+    return line
+
+
+def death_line(rank: RankSummary, culprit: bool) -> str:
+    how = f" ({rank.ended})" if rank.ended else ""
+    last = f"last readings: RAM {format_bytes(rank.ram.end_bytes)} of {format_bytes(rank.ram.limit_bytes)}"
+    if rank.heap is not None:
+        last += f", heap {format_bytes(rank.heap.end_bytes)}"
+    if rank.vram is not None:
+        last += f", VRAM {format_bytes(rank.vram.allocated_end_bytes)}"
+    line = f"rank {rank.rank} (pid {rank.pid}) stopped without finishing{how} at {format_duration(rank.last_seen_s)}; {last}"
+    if not culprit:
+        return line + " (after another rank died: launchers stop the rest)"
+    if rank.ram.limit_bytes and rank.ram.end_bytes >= 0.9 * rank.ram.limit_bytes:
+        line += "; RAM was at its limit: most likely the OOM killer"
+    elif rank.ended is None:
+        line += "; what killed it cannot be known from here (no exit status reached this watcher)"
+    return line
+
+
+def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
+    """One line per rank that is not clean, one for the clean ones, deaths, and imbalance."""
+    lines: list[str] = []
+    died = first_to_die(ranks)
+    for rank in sorted(ranks, key=lambda r: (r is not died, -SEVERITY.get(r.verdict, 0), r.rank)):
+        if rank.status == "killed":
+            lines.append(death_line(rank, rank is died))
+        if rank.verdict != "clean":
+            lines.append(rank_line(rank))
+    clean = sorted(r.rank for r in ranks if r.verdict == "clean")
+    if clean:
+        lines.append(f"{_ranks_word(clean)}: clean")
+    peaks = [_peak_bytes(r) for r in ranks]
+    if len(ranks) > 1:
+        median = statistics.median(peaks)
+        top = max(ranks, key=_peak_bytes)
+        if median > 0 and _peak_bytes(top) > (1 + IMBALANCE_SHARE) * median:
+            what = "VRAM" if top.vram is not None and top.vram.allocated_peak_bytes else "RAM"
+            lines.append(
+                f"imbalance: peak {what} {format_bytes(_peak_bytes(top))} on rank {top.rank}, median "
+                f"{format_bytes(median)} (+{(_peak_bytes(top) / median - 1) * 100:.0f}%)"
+            )
+    return lines
+
+
+def _of_rank(advice: str) -> str:
+    """A rank's advice speaks of "this kernel" (the single-process wording); here it is that rank."""
+    return advice.replace("this kernel", "this rank")
+
+
+def with_ranks(report: R, ranks: tuple[RankSummary, ...] | None) -> R:
+    """`report` (the watcher's own) with its ranks: their table, the worst rank, and the verdict of all.
+
+    The watcher's own curves include the ranks' memory (they are its children), so when it made no
+    steps itself its verdict is the ranks'; the step clock, the rate and the projection then come
+    from the worst rank, and every rank's holders join the suspects (each with its rank)."""
+    if not ranks:
+        return report
+    ranks = tuple(sorted(ranks, key=lambda r: r.rank))
+    worst = worst_of(ranks)
+    assert worst is not None
+    own_counts = report.clock != "time" and report.steps > 0
+    verdict: VerdictName = worst.verdict
+    if own_counts and SEVERITY[report.verdict] >= SEVERITY[worst.verdict]:
+        verdict = report.verdict
+    from_worst = verdict == worst.verdict and (not own_counts or SEVERITY[worst.verdict] > SEVERITY[report.verdict])
+    suspects: list[Suspect] = list(report.suspects) if own_counts else []
+    for rank in sorted(ranks, key=lambda r: r is not worst):
+        suspects.extend(rank.suspects)
+    changes: dict[str, object] = {
+        "ranks": ranks,
+        "worst_rank": worst.rank,
+        "verdict": verdict,
+        "suspects": tuple(suspects),
+        "advice": (*rank_lines(ranks), *(f"rank {worst.rank}: {_of_rank(a)}" for a in worst.advice[:3] if from_worst),
+                   *(report.advice if own_counts else ())),
+    }
+    if from_worst:
+        changes.update(
+            leak_kind=worst.leak_kind, resource=worst.resource, steps_to_exhaustion=worst.steps_to_exhaustion,
+            seconds_to_exhaustion=None, per_step_error_bytes=None, sporadic_steps=(), per_epoch_bytes=None,
+        )
+    if not own_counts:  # steps are the worst rank's; the watcher's own rates were per second: dropped
+        changes.update(
+            steps=worst.steps, clock=worst.clock, optimizer_steps=worst.steps if worst.clock == "optimizer" else 0,
+            ram=replace(report.ram, per_step_bytes=None),
+            heap=None if report.heap is None else replace(report.heap, per_step_bytes=None),
+            shm=None if report.shm is None else replace(report.shm, per_step_bytes=None),
+            vram=None if report.vram is None else replace(report.vram, per_step_bytes=None),
+        )
+    return replace(report, **changes)  # type: ignore[arg-type]  # (typed keys would repeat the dataclass)

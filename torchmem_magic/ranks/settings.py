@@ -1,0 +1,27 @@
+"""What a watcher hands to the processes it watches as ranks (plain data; no heavy imports)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..scan.results import Root
+
+if TYPE_CHECKING:
+    from ..hooks import StepClock, TrainingHooks
+
+
+@dataclass(frozen=True)
+class RankSettings:
+    """Where a rank sends its stream, how often it samples, where its leak finder looks."""
+
+    address: str
+    interval_ms: float
+    shm_path: str = "/dev/shm"
+    roots: Callable[[], list[Root]] | None = None  # the watcher's roots, as a forked rank inherits them
+    sources: tuple[str, ...] = ()  # code in which a holder's fix line is looked for
+
+
+#: called in a process forked from a watched one when the hooks it inherited fire there
+ForkedProcessHandler = Callable[[RankSettings, "TrainingHooks", "StepClock | None"], None]
