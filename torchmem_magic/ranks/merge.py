@@ -57,10 +57,17 @@ def _peak_bytes(rank: RankSummary) -> int:
     return rank.ram.peak_bytes
 
 
+#: how launchers stop the other ranks once one died
+STOPPED_BY_LAUNCHER = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+
+
 def first_to_die(ranks: Sequence[RankSummary]) -> RankSummary | None:
-    """The rank killed first: the others usually stopped because their launcher stopped them then."""
+    """The rank whose death ended the run: one known to have died of something else than the
+    launcher's stop signal, else the one that went silent first (streams are a quarter second apart,
+    so the exit status, where known, is the better witness)."""
     killed = [r for r in ranks if r.status == "killed"]
-    return min(killed, key=lambda r: r.last_seen_s) if killed else None
+    witnessed = [r for r in killed if r.ended is not None and r.ended not in STOPPED_BY_LAUNCHER]
+    return min(witnessed or killed, key=lambda r: r.last_seen_s) if killed else None
 
 
 def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:
