@@ -200,6 +200,8 @@ class RankSummary(_SchemaDict):
     local_rank: int | None = None
     advice: tuple[str, ...] = ()
     dropped_messages: int = field(default=0, metadata={"key": "dropped"})  # lost to a full transport buffer
+    #: the driver's view (NVML): {"device": UUID, "used": bytes, "own": its allocator uses that device}
+    cuda_contexts: tuple[dict[str, Any], ...] = ()
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
 

@@ -517,6 +517,10 @@ class MemwatchSession:
         stats = list(tracker.last_stats.values())
         return series, with_trends(tuple(suspects_from_stats(stats, self._sources, self._baseline)), series)
 
+    def device_uuids(self) -> list[str]:
+        """The CUDA devices this process's allocator uses (a rank's own devices)."""
+        return self._accelerator.device_uuids()
+
     @property
     def ram_limit(self) -> MemoryLimit:
         return self._limit

@@ -72,6 +72,20 @@ class AcceleratorProbe:
                 out.append((index, stats))
         return out
 
+    def device_uuids(self) -> list[str]:
+        """UUIDs of the CUDA devices this process's allocator holds memory on (its own devices);
+        empty before CUDA is initialised (reading them never initialises it)."""
+        cuda = self._cuda()
+        if cuda is None:
+            return []
+        out = []
+        for index, _ in self._watched(cuda):
+            try:
+                out.append(str(cuda.get_device_properties(index).uuid).lower().removeprefix("gpu-"))
+            except Exception:
+                continue
+        return out
+
     def read(self) -> Reading:
         """Allocated and reserved bytes summed over the watched devices; NaN without one in use."""
         allocated, reserved = self._allocated_reserved()

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..session import MemwatchSession
 
 STREAM_PERIOD_S = 0.25  # a killed rank loses at most this much of its record
+DEVICES_PERIOD_S = 2.0  # how often a rank says which CUDA devices it uses
 _CO_OPTIMIZED = 0x0001  # a function's frame (its locals are not a module's globals)
 
 
@@ -170,6 +171,7 @@ class RankAgent:
         self.session: MemwatchSession | None = None
         self._holder_scans_sent = -1
         self._finished = False
+        self._devices_sent_s = -DEVICES_PERIOD_S
 
     def start(self, hooks: TrainingHooks | None = None) -> None:
         """Start the rank's session (adopting `hooks` already installed in this process, if given)
@@ -214,6 +216,11 @@ class RankAgent:
     # the session's listener: runs on the rank's sampler thread
     def on_tick(self, session: MemwatchSession) -> None:
         self._flush(session)
+        if session.elapsed_s - self._devices_sent_s >= DEVICES_PERIOD_S:
+            self._devices_sent_s = session.elapsed_s
+            uuids = session.device_uuids()
+            if uuids:
+                self.sender.send({"k": "devices", "pid": os.getpid(), "cuda": uuids})
         tracker_scans = session.holder_scans_so_far
         if tracker_scans != self._holder_scans_sent:
             self._holder_scans_sent = tracker_scans

@@ -18,12 +18,15 @@ from typing import Any
 
 from ..forensics import WorkerExit
 from ..model import RankSummary, Suspect, from_schema_dict
+from ..probes.nvml import NvmlProcesses
 from ..probes.process import exit_of
 from ..report import assemble_report
 from ..timeline import Timeline
 from .merge import summary_of
 from .protocol import apply_events, evidence_from
 from .transport import RankSink
+
+NVML_PERIOD_S = 2.0
 
 
 @dataclass
@@ -50,6 +53,8 @@ class RankFeed:
     suspects: tuple[Suspect, ...] = ()
     final: dict[str, Any] | None = None
     exit: WorkerExit | None = None
+    cuda_devices: tuple[str, ...] = ()  # UUIDs of the devices its allocator uses
+    cuda_contexts: dict[str, int] = field(default_factory=dict)  # device UUID -> most the driver saw it hold
 
     @property
     def steps(self) -> int:
@@ -97,6 +102,8 @@ class RankFeeds:
         self._started_s = clock()
         self._started_wall_s = time.time()
         self.feeds: dict[int, RankFeed] = {}
+        self._nvml = NvmlProcesses()
+        self._next_nvml_s = 0.0
         self._lock = threading.Lock()  # polled by the sampler thread, read by the live figure and at the end
 
     def start(self, started_s: float) -> None:
@@ -113,6 +120,19 @@ class RankFeeds:
             for feed in self.feeds.values():
                 if feed.final is None and feed.exit is None:
                     feed.exit = exit_of(feed.pid)
+            if now_s >= self._next_nvml_s and any(f.cuda_devices for f in self.feeds.values()):
+                self._next_nvml_s = now_s + NVML_PERIOD_S
+                self._read_contexts()
+
+    def _read_contexts(self) -> None:
+        """Which devices each rank holds a context on, as the driver sees it (only once a rank uses CUDA:
+        a context is gone when its process ends, so this runs during the run)."""
+        seen = self._nvml.read()
+        for uuid, processes in (seen or {}).items():
+            for pid, used in processes.items():
+                feed = self.feeds.get(pid)
+                if feed is not None:
+                    feed.cuda_contexts[uuid] = max(used, feed.cuda_contexts.get(uuid, 0))
 
     def _apply(self, message: dict[str, Any], now_s: float) -> None:
         pid = message["pid"]
@@ -142,6 +162,8 @@ class RankFeeds:
         elif kind == "holders":
             feed.holder_series = {n: [(int(s), int(b)) for s, b in p] for n, p in message.get("series", {}).items()}
             feed.suspects = tuple(from_schema_dict(Suspect, s) for s in message.get("suspects", ()))
+        elif kind == "devices":
+            feed.cuda_devices = tuple(str(u) for u in message.get("cuda", ()))
         elif kind == "final":
             feed.final = dict(message.get("evidence", {}))
             feed.dropped = int(message.get("dropped", feed.dropped))
@@ -182,6 +204,10 @@ class RankFeeds:
                 out.append(summary_of(
                     report, rank=numbers[pid], pid=pid, host=feed.host, status=status, ended=ended,
                     last_seen_s=feed.last_seen_s, local_rank=feed.local_rank, dropped=feed.dropped,
+                    cuda_contexts=tuple(
+                        {"device": uuid, "used": used, "own": uuid in feed.cuda_devices}
+                        for uuid, used in sorted(feed.cuda_contexts.items())
+                    ),
                 ))
             return tuple(out)
 
@@ -211,3 +237,4 @@ class RankFeeds:
 
     def close(self) -> None:
         self._sink.close()
+        self._nvml.close()

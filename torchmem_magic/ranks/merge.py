@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..model import RankSummary, ReportData, Suspect, VerdictName
 from ..units import format_bytes, format_duration, rate_unit
@@ -31,6 +31,7 @@ def summary_of(
     last_seen_s: float = 0.0,
     local_rank: int | None = None,
     dropped: int = 0,
+    cuda_contexts: tuple[dict[str, Any], ...] = (),
 ) -> RankSummary:
     """One rank's entry, from the report assembled from what it streamed."""
     rates = {
@@ -48,6 +49,7 @@ def summary_of(
         per_step_bytes=rates.get(report.resource) if report.resource else None,
         status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
+        cuda_contexts=cuda_contexts,
     )
 
 
@@ -128,6 +130,14 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
             lines.append(death_line(rank, rank is died))
         if rank.verdict != "clean":
             lines.append(rank_line(rank))
+    for rank in ranks:
+        for context in rank.cuda_contexts:
+            if not context.get("own", True):
+                lines.append(
+                    f"rank {rank.rank} holds a CUDA context on GPU-{str(context['device'])[:8]} "
+                    f"({format_bytes(int(context.get('used', 0)))}), a device its own tensors are not on: it "
+                    "touched CUDA before torch.cuda.set_device(local_rank) (call that first in each rank)"
+                )
     clean = sorted(r.rank for r in ranks if r.verdict == "clean")
     if clean:
         lines.append(f"{_ranks_word(clean)}: clean")

@@ -1,0 +1,253 @@
+"""The parts of rank watching that need no second process: the stream's encoding and replay, the
+bounded outbox, the socket that never blocks a sender, merging per-rank reports, the driver's view
+of CUDA contexts, and where a rank's holders are looked for."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_report import GIB, MIB, evidence, timeline
+
+from torchmem_magic.hooks import TrainingHooks
+from torchmem_magic.model import DeviceMemory, RankSummary, SourceErrors, Suspect
+from torchmem_magic.probes.nvml import NvmlProcesses, normalized_uuid
+from torchmem_magic.ranks.agent import RelayTimeline, is_user_code, training_frame_roots
+from torchmem_magic.ranks.merge import (
+    first_to_die,
+    rank_lines,
+    summary_of,
+    with_ranks,
+    worst_of,
+)
+from torchmem_magic.ranks.protocol import (
+    apply_events,
+    decode,
+    encode,
+    evidence_fields,
+    evidence_from,
+)
+from torchmem_magic.ranks.transport import Outbox, RankSender, RankSink
+from torchmem_magic.render.text import report_text
+from torchmem_magic.report import assemble_report
+from torchmem_magic.timeline import Timeline
+
+HOLDER = Suspect("outputs", "outputs[0]", "autograd-graph", 40, 80, 3 * MIB, True, "outputs.append(out.detach())",
+                 growth_per_step=65536.0, series=tuple((s, 65536 * s) for s in (0, 10, 20, 30, 40, 50)), first_seen_step=1)
+
+
+# ----------------------------------------------------------------------------- the stream
+
+
+def test_a_relayed_timeline_replays_into_an_equal_timeline_and_the_same_report() -> None:
+    outbox = Outbox()
+    relayed = RelayTimeline(outbox)
+    source = timeline(120, heap_per_step=MIB)
+    relayed.add_pass(0.0, 1, (0, 0, 0, 0))
+    for row in _rows(source.by_time):
+        relayed.by_time.append(row)
+    relayed.restart_steps()  # a better clock appeared: the step rows so far are dropped on both sides
+    for row in _rows(source.by_step):
+        relayed.by_step.append(row)
+    replayed = Timeline()
+    while len(outbox):
+        apply_events(replayed, decode(encode({"k": "events", "pid": 1, "events": outbox.take()}))["events"])  # type: ignore[index]
+    for name in ("t_s", "step", "heap_bytes", "ram_bytes", "vram_allocated_bytes"):
+        assert list(replayed.by_time.column(name)) == pytest.approx(list(relayed.by_time.column(name)), nan_ok=True)
+        assert list(replayed.by_step.column(name)) == pytest.approx(list(relayed.by_step.column(name)), nan_ok=True)
+    assert replayed.passes == {1: 1}
+    original = evidence(relayed, 120, suspects=(HOLDER,), clock="optimizer",
+                        devices_start=(DeviceMemory("cuda:0", 1, 2, 3, 4, None, 8 * GIB, 7 * GIB),),
+                        source_errors=(SourceErrors("heap probe", 2, "OSError: x"),),
+                        holder_series={"outputs": list(HOLDER.series)})
+    fields = decode(encode({"k": "final", "pid": 1, "evidence": evidence_fields(original)}))["evidence"]  # type: ignore[index]
+    assert assemble_report(evidence_from(fields, replayed)) == assemble_report(original)
+
+
+def _rows(series: Any) -> list[dict[str, float]]:
+    columns = series.columns("t_s", "step", "ram_bytes", "rss_bytes", "heap_bytes", "workers_bytes", "workers")
+    return [{name: values[i] for name, values in columns.items()} for i in range(len(columns["t_s"]))]
+
+
+def test_the_exception_that_ended_a_rank_keeps_its_type_name_and_message() -> None:
+    ended = evidence(timeline(10), 10, exception=ValueError("bad batch"))
+    report = assemble_report(evidence_from(evidence_fields(ended), timeline(10)))
+    assert (report.status, report.error) == ("error", "ValueError: bad batch")
+    interrupted = evidence_from(evidence_fields(evidence(timeline(10), 10, exception=KeyboardInterrupt())), timeline(10))
+    assert assemble_report(interrupted).status == "interrupted"
+
+
+def test_stray_datagrams_are_ignored() -> None:
+    assert decode(b"not json") is None and decode(b"[1, 2]") is None and decode(b'{"k": "hello"}') is None
+    assert decode(encode({"k": "hello", "pid": 3})) == {"k": "hello", "pid": 3}
+
+
+def test_a_full_outbox_drops_the_oldest_events_and_counts_them() -> None:
+    outbox = Outbox(capacity=5)
+    for n in range(8):
+        outbox.append(n)
+    assert (outbox.take(), outbox.dropped) == ([3, 4, 5, 6, 7], 3)
+    for n in range(4):
+        outbox.append(n)
+    outbox.put_back(["a", "b"])  # undelivered events go back in front; the bound still holds
+    assert (outbox.take(), outbox.dropped) == (["b", 0, 1, 2, 3], 4)
+
+
+def test_a_sender_never_blocks_when_the_watcher_does_not_read() -> None:
+    sink = RankSink()
+    sender = RankSender(sink.address)
+    message = {"k": "events", "pid": os.getpid(), "events": [["t", [1.0] * 10]] * 200}
+    results = [sender.send(message) for _ in range(2000)]  # far more than the socket buffers
+    assert results[0] and not all(results) and sender.failed == results.count(False)
+    received = sink.receive()
+    assert 0 < len(received) == results.count(True)
+    sink.close()
+    assert not os.path.exists(sink.address)
+    assert sender.send(message) is False  # the watcher is gone: still no exception, no wait
+    sender.close()
+
+
+# ----------------------------------------------------------------------------- merging ranks
+
+
+def _rank(number: int, heap_per_step: float = 0.0, **changes: Any) -> RankSummary:
+    suspects = (HOLDER,) if heap_per_step else ()
+    report = assemble_report(evidence(timeline(200, heap_per_step=heap_per_step), 200, suspects=suspects,
+                                      holder_series={"outputs": list(HOLDER.series)} if suspects else {},
+                                      clock="optimizer"))
+    return replace(summary_of(report, rank=number, pid=1000 + number, host="node0"), **changes)
+
+
+def _watcher(steps: int = 0) -> Any:
+    """The watcher's own report: a process that made no steps (clock time) whose RAM includes its ranks'."""
+    return assemble_report(evidence(timeline(steps, heap_per_step=MIB), steps, clock="time" if not steps else "optimizer"))
+
+
+def test_the_leaking_rank_is_the_worst_and_decides_the_verdict() -> None:
+    ranks = (_rank(0), _rank(1, heap_per_step=64 * 1024), _rank(2), _rank(3))
+    report = with_ranks(_watcher(), ranks)
+    assert (report.worst_rank, report.verdict, report.leak_kind, report.resource) == (1, "leak", "per-iteration", "heap")
+    assert (report.steps, report.clock) == (200, "optimizer")
+    assert report.ram.per_step_bytes is None  # the watcher's own rate was per second: not mixed with steps
+    assert report.advice[0] == "rank 1: leak (per-iteration), heap +64.0 KiB/step; outputs grows +64.0 KiB/step"
+    assert report.advice[1] == "ranks 0, 2, 3: clean"
+    assert [(s.name, s.rank) for s in report.suspects] == [("outputs", 1)]
+    text = report_text(report)
+    assert "verdict: leak (worst rank: 1)" in text and "rank 1: outputs (autograd-graph)" in text
+    table = text.split("  ranks:\n")[1].splitlines()
+    assert table[0].split()[:3] == ["rank", "pid", "steps"] and table[2].split()[:3] == ["1", "1001", "200"]
+    assert "leak (per-iteration)" in table[2] and "clean" in table[1]
+
+
+def test_all_clean_ranks_make_a_clean_run_and_a_single_process_run_has_no_ranks() -> None:
+    report = with_ranks(_watcher(), (_rank(0), _rank(1)))
+    assert (report.verdict, report.worst_rank, report.advice[0]) == ("clean", 0, "ranks 0, 1: clean")
+    alone = _watcher(50)
+    assert with_ranks(alone, None) is alone and alone.to_dict()["ranks"] is None
+
+
+def test_a_watcher_that_trained_itself_keeps_its_own_verdict_when_it_is_worse() -> None:
+    own = _watcher(200)  # leaks 1 MiB/step itself
+    report = with_ranks(own, (_rank(0), _rank(1)))
+    assert (report.verdict, report.resource, report.clock) == ("leak", own.resource, "optimizer")
+    assert report.ram.per_step_bytes == own.ram.per_step_bytes
+
+
+def test_the_rank_that_died_first_is_the_worst_and_the_ones_its_launcher_stopped_are_told_apart() -> None:
+    died = _rank(1, status="killed", ended="SIGKILL", last_seen_s=5.0)
+    stopped = _rank(0, status="killed", ended="SIGTERM", last_seen_s=4.9)  # silent a little earlier
+    unknown = _rank(2, status="killed", ended=None, last_seen_s=4.95)
+    assert first_to_die((died, stopped, unknown)) is died
+    assert worst_of((died, stopped, _rank(3, heap_per_step=MIB))) is died
+    lines = rank_lines((died, stopped))
+    assert lines[0].startswith("rank 1 (pid 1001) stopped without finishing (SIGKILL) at 5.0 s; last readings: RAM")
+    assert lines[1].endswith("(after another rank died: launchers stop the rest)")
+    assert first_to_die((stopped, unknown)) is stopped  # no witness: the first to go silent
+
+
+def test_a_rank_at_its_ram_limit_when_it_died_was_most_likely_oom_killed() -> None:
+    rank = _rank(1, status="killed", ended="SIGKILL")
+    at_limit = replace(rank, ram=replace(rank.ram, limit_bytes=int(rank.ram.end_bytes / 0.95)))
+    assert rank_lines((at_limit,))[0].endswith("RAM was at its limit: most likely the OOM killer")
+    unknown = replace(rank, ended=None)
+    assert "cannot be known" in rank_lines((unknown,))[0]
+
+
+def test_imbalance_is_named_when_one_rank_peaks_well_above_the_median() -> None:
+    heavy = _rank(2)
+    heavy = replace(heavy, ram=replace(heavy.ram, peak_bytes=heavy.ram.peak_bytes * 2))
+    lines = rank_lines((_rank(0), _rank(1), heavy))
+    assert any(line.startswith("imbalance: peak RAM") and "on rank 2" in line and "(+100%)" in line for line in lines)
+    assert not any(line.startswith("imbalance") for line in rank_lines((_rank(0), _rank(1))))
+
+
+def test_a_cuda_context_on_a_device_that_is_not_the_ranks_own_is_flagged() -> None:
+    contexts = ({"device": "aaaa1111-2222", "used": 500 * MIB, "own": False},
+                {"device": "bbbb", "used": 2 * GIB, "own": True})
+    lines = rank_lines((_rank(0), _rank(1, cuda_contexts=contexts)))
+    stray = [line for line in lines if "CUDA context" in line]
+    assert stray == [("rank 1 holds a CUDA context on GPU-aaaa1111 (500.0 MiB), a device its own tensors are not on: "
+                      "it touched CUDA before torch.cuda.set_device(local_rank) (call that first in each rank)")]
+
+
+# ----------------------------------------------------------------------------- the driver's view
+
+
+def test_nvml_processes_are_read_by_device_uuid() -> None:
+    devices = {0: ("GPU-AAAA", [SimpleNamespace(pid=11, usedGpuMemory=300 * MIB)]),
+               1: (b"GPU-bbbb", [SimpleNamespace(pid=12, usedGpuMemory=None)])}
+    calls: list[str] = []
+    fake = SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUUID=lambda h: devices[h][0], nvmlDeviceGetComputeRunningProcesses=lambda h: devices[h][1],
+    )
+    reader = NvmlProcesses(fake)
+    assert reader.read() == {"aaaa": {11: 300 * MIB}, "bbbb": {12: 0}}
+    reader.close()
+    assert calls == ["init", "shutdown"] and normalized_uuid("GPU-AB") == normalized_uuid("ab")
+
+
+def test_without_a_driver_nvml_says_nothing_rather_than_zero() -> None:
+    reader = NvmlProcesses()  # the real bindings; this machine has no NVIDIA driver
+    if reader.read() is not None:
+        pytest.skip("this machine has an NVIDIA driver")
+    assert reader.unavailable
+
+
+# ----------------------------------------------------------------------------- where a rank's holders are
+
+
+def test_the_training_functions_locals_are_roots_and_library_frames_are_not() -> None:
+    def train() -> list[Any]:
+        outputs = ["kept"]
+        roots = training_frame_roots(skip=1)
+        assert any(root.obj is outputs for root in roots)
+        return roots
+
+    names = [root.name for root in train()]
+    assert names[0] == "outputs"  # the innermost user frame first
+    assert "HOLDER" not in names  # module globals are the notebook's roots, not a frame's locals
+    assert is_user_code("<ipython-input-3-abc>") and is_user_code("/tmp/ipykernel_1/2.py")
+    assert not is_user_code(os.__file__) and not is_user_code(pytest.__file__) and not is_user_code("<frozen runpy>")
+
+
+def test_hooks_firing_in_a_forked_process_go_to_that_process_watcher_only() -> None:
+    ticks: list[str] = []
+    foreign: list[Any] = []
+    hooks = TrainingHooks(ticks.append, lambda p: None, lambda h, clock: foreign.append(clock))
+    hooks.active = True
+    hooks._tick("optimizer")
+    hooks.pid = -1  # as seen from a process forked after the hooks were installed
+    hooks._tick("backward")
+    assert (ticks, foreign) == (["optimizer"], ["backward"])
+    hooks.adopt(lambda clock: ticks.append("adopted " + clock), lambda p: None, None)
+    hooks._tick("batch")
+    assert ticks[-1] == "adopted batch" and hooks.pid == os.getpid()
+    unwatched = TrainingHooks(ticks.append, lambda p: None)
+    unwatched.active, unwatched.pid = True, -1
+    unwatched._tick("optimizer")
+    assert not unwatched.active  # nobody watches that process: its copy of the hooks turns inert
