@@ -28,7 +28,7 @@ class RankSink:
     """The watching side's socket, in a private temporary directory removed by `close()`."""
 
     def __init__(self) -> None:
-        self._directory = tempfile.mkdtemp(prefix="torchmem_magic-")
+        self._directory = tempfile.mkdtemp(prefix=f"torchmem_magic-{os.getpid()}-")
         self.address = os.path.join(self._directory, "ranks.sock")
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
