@@ -115,3 +115,23 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_readings(k: Kernel) -> Non
     assert "stopped without finishing (SIGKILL)" in death and "last readings: RAM" in death, death
     survivor = report["ranks"][0]
     assert survivor["steps"] >= 30 and survivor["ram"]["peak"] > 0, survivor  # its report is intact
+
+
+def test_dataloader_workers_never_become_ranks_even_when_they_run_modules(k: Kernel) -> None:
+    """Workers are forked from the cell and inherit the hooks; a transform that is an nn.Module fires
+    them there. A run of one process keeps `ranks: null`."""
+    k.ok(
+        "%%memwatch -q\n"
+        "class Augment(torch.utils.data.Dataset):\n"
+        "    def __init__(self): self.noise = torch.nn.Dropout(0.1)\n"
+        "    def __len__(self): return 256\n"
+        "    def __getitem__(self, i): return self.noise(torch.randn(32))\n"
+        "net = torch.nn.Linear(32, 1); opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for batch in torch.utils.data.DataLoader(Augment(), batch_size=16, num_workers=2):\n"
+        "    opt.zero_grad(); net(batch).sum().backward(); opt.step()\n",
+        timeout_s=120,
+    )
+    report = k.value("{k: torchmem_magic.last_report().to_dict()[k] for k in ('ranks', 'worst_rank', 'steps', 'workers')}")
+    assert (report["ranks"], report["worst_rank"], report["steps"]) == (None, None, 16), report
+    assert report["workers"]["max"] == 2
+    assert _leftovers(k) == []
