@@ -147,3 +147,8 @@ class HolderTracker:
     def snapshot(self) -> dict[str, list[tuple[int, int]]]:
         with self._lock:
             return {name: list(points) for name, points in self._series.items()}
+
+    def measured(self) -> list[RootStats]:
+        """What the last scan that measured each holder found (any thread)."""
+        with self._lock:
+            return list(self.last_stats.values())

@@ -500,7 +500,7 @@ class MemwatchSession:
         found = suspects_from_scan(scan_roots(self._roots(), END_SCAN_BUDGET), self._sources, self._baseline)
         if self._keep_scanned_holders and self._tracker is not None:
             names = {s.name for s in found}
-            gone = [stats for name, stats in self._tracker.last_stats.items() if name not in names]
+            gone = [stats for stats in self._tracker.measured() if stats.name not in names]
             found = sorted([*found, *suspects_from_stats(gone, self._sources, self._baseline)], key=lambda s: -s.retained_bytes)
         return tuple(found)
 
@@ -513,8 +513,7 @@ class MemwatchSession:
         tracker = self._tracker
         if tracker is None:
             return {}, ()
-        series = tracker.snapshot()
-        stats = list(tracker.last_stats.values())
+        series, stats = tracker.snapshot(), tracker.measured()
         return series, with_trends(tuple(suspects_from_stats(stats, self._sources, self._baseline)), series)
 
     def device_uuids(self) -> list[str]:
