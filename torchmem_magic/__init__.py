@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads 
     from .api import memwatch
     from .check import memcheck
     from .results import MemcheckResult, Report
+    from .saved import load_report
     from .session import MemwatchSession, last_report
 
 #: public name -> the module that defines it
@@ -38,6 +39,7 @@ _HOMES = {
     "memcheck": "check",
     "MemcheckResult": "results",
     "Report": "results",
+    "load_report": "saved",
     "MemwatchSession": "session",
     "last_report": "session",
 }
@@ -49,6 +51,7 @@ __all__ = [
     "collect_garbage",
     "last_report",
     "load_ipython_extension",
+    "load_report",
     "memcheck",
     "memwatch",
     "release_last_exception",

@@ -253,6 +253,10 @@ class MemwatchSession:
         """Count a step made before this session's hooks were its own (a rank adopting them mid-step)."""
         self._on_tick(clock)
 
+    def pass_started(self, loader_pass: LoaderPass) -> None:
+        """Count a loader pass that began before this session's hooks were its own (its first epoch)."""
+        self._on_pass(loader_pass)
+
     def _on_tick(self, clock: Clock) -> None:
         """A step of any clock, on the thread that made it: must stay cheap.
 

@@ -15,6 +15,7 @@ def test_public_api_is_pinned() -> None:
         "collect_garbage",
         "last_report",
         "load_ipython_extension",
+        "load_report",
         "memcheck",
         "memwatch",
         "release_last_exception",

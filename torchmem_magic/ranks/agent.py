@@ -183,7 +183,7 @@ class RankAgent:
             settings.interval_ms,
             shm_path=settings.shm_path,
             listener=self,
-            roots=functools.partial(rank_roots, settings.roots),
+            roots=functools.partial(rank_roots, settings.roots) if settings.scan else None,
             sources=list(settings.sources or script_sources()),
             timeline=RelayTimeline(self.outbox),
             adopt_hooks=hooks,

@@ -21,6 +21,7 @@ class RankSettings:
     shm_path: str = "/dev/shm"
     roots: Callable[[], list[Root]] | None = None  # the watcher's roots, as a forked rank inherits them
     sources: tuple[str, ...] = ()  # code in which a holder's fix line is looked for
+    scan: bool = True  # False: no leak finder in the rank (`watch --no-scan`), only its curves
 
 
 #: called in a process forked from a watched one when the hooks it inherited fire there

@@ -1,0 +1,64 @@
+"""A small DDP run (gloo, CPU) in which one rank keeps every step's output with its autograd graph.
+
+Run by the command-line tests under `torchrun`. `--holder global` keeps them in a module-level
+list, `--holder local` in a list local to `train()`. `--kill-at N` SIGKILLs the leaking rank at step
+N. The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
+`--facts`, so the test compares the report with a measurement of the same run.
+"""
+
+import argparse
+import json
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+leaked_outputs = []  # the global holder
+
+
+def train(args: argparse.Namespace) -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(rank)
+    model = DistributedDataParallel(torch.nn.Linear(256, 256))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept_outputs = []  # the local holder
+    started = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        out = model(torch.randn(64, 256))
+        loss = out.pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if rank == args.leak_rank:
+            if args.holder == "global":  # the leak: the output and its graph, every step
+                leaked_outputs.append(out)
+            else:
+                kept_outputs.append(out)
+            if step == args.kill_at:
+                _write(args.facts, out, step, (time.perf_counter() - started) / step)
+                os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(args.sleep_s)
+    if rank == args.leak_rank:
+        _write(args.facts, out, args.steps, (time.perf_counter() - started) / args.steps)
+    dist.destroy_process_group()
+
+
+def _write(path: str, out: torch.Tensor, steps: int, step_s: float) -> None:
+    facts = {"output_bytes": out.nelement() * out.element_size(), "steps": steps, "step_s": step_s}
+    with open(path, "w") as file:
+        json.dump(facts, file)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--holder", choices=("global", "local"), default="global")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--leak-rank", type=int, default=1)
+    parser.add_argument("--kill-at", type=int, default=0)
+    parser.add_argument("--sleep-s", type=float, default=0.005)
+    parser.add_argument("--facts", required=True)
+    train(parser.parse_args())

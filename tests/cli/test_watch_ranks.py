@@ -1,0 +1,92 @@
+"""`python -m torchmem_magic watch -- torchrun ...`: every rank of a real DDP run (gloo, CPU) watched.
+
+Rank 1 keeps each step's output with its graph; the report must name that rank, the holder and a
+rate close to what the script itself measured one kept output to cost. The two-node case runs two
+watchers side by side (static rendezvous on this machine) and merges their saved reports with `show`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SCRIPTS, environment, free_port, leftovers, load, run, torchrun, watch_command
+
+DDP = str(SCRIPTS / "ddp_leak.py")
+TOLERANCE = 0.20
+HOLDERS = {"global": "leaked_outputs", "local": "kept_outputs"}
+
+
+def _ranks(report: dict) -> dict[int, dict]:
+    return {entry["rank"]: entry for entry in report["ranks"]}
+
+
+@pytest.mark.parametrize("holder", ["global", "local"])
+def test_the_leaking_rank_its_holder_and_its_rate(holder: str, tmp: Path, tmp_path: Path) -> None:
+    save, facts = tmp_path / "run.json", tmp_path / "facts.json"
+    done = run(watch_command(*torchrun(), "--nproc-per-node", "2", DDP, "--holder", holder, "--facts", str(facts),
+                             save=save), tmp)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report, measured = load(save), load(facts)
+    ranks = _ranks(report)
+    assert sorted(ranks) == [0, 1] and report["worst_rank"] == 1 and report["verdict"] == "leak"
+    leaking, clean = ranks[1], ranks[0]
+    assert (leaking["verdict"], leaking["leak_kind"], leaking["status"]) == ("leak", "per-iteration", "ok")
+    assert (clean["verdict"], clean["status"]) == ("clean", "ok")
+    name = HOLDERS[holder]
+    held = {s["name"]: s for s in leaking["suspects"]}
+    assert name in held and held[name]["rank"] == 1 and not clean["suspects"]
+    expected = measured["output_bytes"]  # one step's kept output; its graph adds ~2 nodes (~1.4 KiB)
+    assert abs(leaking["per_step"] - expected) <= TOLERANCE * expected, (leaking["per_step"], expected)
+    assert abs(held[name]["growth_per_step"] - expected) <= TOLERANCE * expected
+    assert leaking["steps"] == clean["steps"] == 200
+    assert "worst rank: 1" in done.stdout and name in done.stdout
+    assert leftovers(tmp) == []
+
+
+def test_two_nodes_saved_apart_and_shown_as_one(tmp: Path, tmp_path: Path) -> None:
+    port, facts = str(free_port()), tmp_path / "facts.json"
+    watchers = []
+    for node in (0, 1):
+        launch = [*torchrun(), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                  "--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", port]
+        script = [DDP, "--holder", "local", "--facts", str(facts)]
+        cmd = watch_command(*launch, *script, save=tmp_path / f"node{node}.json")
+        watchers.append(subprocess.Popen(cmd, env=environment(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True))
+    outputs = [w.communicate(timeout=180) for w in watchers]
+    assert [w.returncode for w in watchers] == [0, 0], [err[-2000:] for _, err in outputs]
+    node0, node1 = load(tmp_path / "node0.json"), load(tmp_path / "node1.json")
+    assert [r["rank"] for r in node0["ranks"]] == [0] and [r["rank"] for r in node1["ranks"]] == [1]
+    shown = subprocess.run([sys.executable, "-m", "torchmem_magic", "show", str(tmp_path / "node0.json"),
+                            str(tmp_path / "node1.json")], env=environment(tmp), capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "verdict: leak (worst rank: 1)" in text and "rank 1: kept_outputs" in text
+    assert "merged from 2 saved reports" in text
+    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0] for row in rows] == ["0", "1@" + node1["ranks"][0]["host"]]  # rank@host: another node's rank
+    assert "clean" in rows[0] and "leak" in rows[1]
+    assert leftovers(tmp) == []
+
+
+def test_a_rank_killed_mid_run_keeps_what_it_streamed(tmp: Path, tmp_path: Path) -> None:
+    save, facts = tmp_path / "run.json", tmp_path / "facts.json"
+    kill_at = 100
+    done = run(watch_command(*torchrun(), "--nproc-per-node", "2", DDP, "--kill-at", str(kill_at),
+                             "--facts", str(facts), save=save), tmp)
+    assert done.returncode != 0  # torchrun fails when a worker dies, and so does the watch
+    report, measured = load(save), load(facts)
+    ranks = _ranks(report)
+    assert sorted(ranks) == [0, 1] and report["worst_rank"] == 1
+    assert report["status"] == "error" and "exited with status" in report["error"]
+    killed = ranks[1]
+    assert killed["status"] == "killed"
+    assert killed["ram"]["end"] > 100 << 20 and killed["heap"]["end"] > 0  # its last readings
+    steps_in_1_s = 1.0 / measured["step_s"]
+    assert kill_at - steps_in_1_s <= killed["steps"] <= kill_at, (killed["steps"], steps_in_1_s)
+    assert killed["verdict"] == "leak"  # judged from what it streamed until then
+    assert ranks[0]["status"] in ("ok", "error", "killed")
+    assert "rank 1 (pid" in done.stdout and "stopped without finishing" in done.stdout
+    assert leftovers(tmp) == []

@@ -1,0 +1,84 @@
+"""The command line: `python -m torchmem_magic watch [options] -- COMMAND ...` and `show PATH ...`.
+
+`watch` runs a script or `torchrun ...` with every rank watched and prints the report; `show` prints
+saved `.json` reports, several of them (one per node of a multi-node run) as one merged report.
+Bad usage gives one line and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+USAGE_ERROR = 2
+
+
+def _interval_ms(text: str) -> float:
+    from .session import MAX_INTERVAL_MS, MIN_INTERVAL_MS
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if not MIN_INTERVAL_MS <= value <= MAX_INTERVAL_MS:
+        raise argparse.ArgumentTypeError(f"must be between {MIN_INTERVAL_MS:g} and {MAX_INTERVAL_MS:g} ms")
+    return value
+
+
+def _save_path(text: str) -> str:
+    if not text.lower().endswith((".json", ".html", ".htm")):
+        raise argparse.ArgumentTypeError(f"{text!r}: the report is saved as .json or .html")
+    return text
+
+
+def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """(the command line's parser, its `watch` subcommand's)."""
+    main = argparse.ArgumentParser(
+        prog="python -m torchmem_magic", description="Watch the memory of a PyTorch training run, every rank of it."
+    )
+    commands = main.add_subparsers(dest="action", required=True, metavar="{watch,show}")
+    watch = commands.add_parser(
+        "watch", help="run COMMAND (a script, torchrun ...) with every rank watched; print the report",
+        usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] -- COMMAND ...",
+    )
+    watch.add_argument("--interval", type=_interval_ms, default=100.0, metavar="MS",
+                       help="sampling period in milliseconds, 1-10000 (default 100)")
+    watch.add_argument("--save", type=_save_path, metavar="PATH", help="also write the report to PATH (.json or .html)")
+    watch.add_argument("--no-scan", action="store_true", help="no leak finder in the ranks (curves only)")
+    watch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    show = commands.add_parser("show", help="print saved .json reports (several: merged into one)")
+    show.add_argument("paths", nargs="+", metavar="PATH")
+    return main, watch
+
+
+def _show(paths: Sequence[str]) -> int:
+    from .saved import load_report, merge_reports
+
+    reports = []
+    for path in paths:
+        try:
+            reports.append(load_report(path))
+        except (OSError, ValueError, TypeError) as exc:
+            print(f"torchmem_magic show: cannot read {path}: {exc}", file=sys.stderr)
+            return 1
+    print(merge_reports(reports))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; the exit status (the watched command's, for `watch`)."""
+    main_parser, watch_parser = parsers()
+    arguments = main_parser.parse_args(argv)
+    if arguments.action == "show":
+        return _show(arguments.paths)
+    from .command import WatchOptions, command_of, run_watched
+
+    command = command_of(arguments.command)
+    if not command:
+        watch_parser.error("no command to watch: put it after --, e.g. -- torchrun --nproc-per-node 2 train.py")
+    return run_watched(WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
