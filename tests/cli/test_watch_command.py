@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, environment, leftovers, load, run, watch_command
+from watching import SCRIPTS, environment, leftovers, load, run, watch_command
 
 from torchmem_magic.__main__ import main
 

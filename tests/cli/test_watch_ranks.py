@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, environment, free_port, leftovers, load, run, torchrun, watch_command
+from watching import SCRIPTS, environment, free_port, leftovers, load, run, torchrun, watch_command
 
 DDP = str(SCRIPTS / "ddp_leak.py")
 TOLERANCE = 0.20
