@@ -193,6 +193,7 @@ class RankSummary(_SchemaDict):
     suspects: tuple[Suspect, ...]
     clock: Clock = "optimizer"
     per_step_bytes: float | None = None  # the verdict's rate for `resource`
+    epochs: int = 0
     status: str = "ok"
     ended: str | None = None
     wall_s: float = 0.0

@@ -251,3 +251,23 @@ def test_hooks_firing_in_a_forked_process_go_to_that_process_watcher_only() -> N
     unwatched.active, unwatched.pid = True, -1
     unwatched._tick("optimizer")
     assert not unwatched.active  # nobody watches that process: its copy of the hooks turns inert
+
+
+def test_how_a_rank_ended_comes_from_its_exit_status_or_its_launchers_exception() -> None:
+    from torchmem_magic.forensics import WorkerExit
+    from torchmem_magic.ranks.feed import RankFeed, RankFeeds
+
+    gone = 2**22 + 12345  # no such process
+    finished = RankFeed(gone, final={"steps": 10})
+    assert RankFeeds._ending(finished, None) == (None, None)  # the report's own status stands
+    finished.exit = WorkerExit(gone, None, 1)
+    assert RankFeeds._ending(finished, None) == ("error", "exit code 1")
+    raised = RankFeed(gone, final={"steps": 10})
+    launcher = SimpleNamespace(error_pid=gone)  # torch's ProcessRaisedException names the process
+    assert RankFeeds._ending(raised, launcher) == ("error", "raised an exception")  # type: ignore[arg-type]
+    killed = RankFeed(gone, exit=WorkerExit(gone, 9, None))
+    assert RankFeeds._ending(killed, None) == ("killed", "SIGKILL")
+    silent = RankFeed(gone)
+    assert RankFeeds._ending(silent, SimpleNamespace(error_pid=gone, signal_name="SIGBUS", exit_code=-7)) == (  # type: ignore[arg-type]
+        "killed", "SIGBUS")
+    assert RankFeeds._ending(RankFeed(os.getpid()), None) == ("running", None)

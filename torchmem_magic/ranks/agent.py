@@ -253,8 +253,10 @@ class RankAgent:
             return
         self._finished = True
         session = self.session
+        # a script's unhandled exception was printed before exit handlers run, and left in sys.last_*
+        ended_by = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         try:
-            session.stop()
+            session.stop(ended_by if isinstance(ended_by, BaseException) else None)
         finally:
             deadline_messages = 50
             while len(self.outbox) and deadline_messages:

@@ -228,9 +228,9 @@ class RankFeeds:
         if ended is None and getattr(ended_by, "error_pid", None) == feed.pid:
             signal_name = _signal_name(getattr(ended_by, "signal_name", None))
             code = getattr(ended_by, "exit_code", None)
-            ended = signal_name or (f"exit code {code}" if code else None)
-        if feed.final is not None:
-            return None, ended
+            ended = signal_name or (f"exit code {code}" if code else "raised an exception")
+        if feed.final is not None:  # it finished its run; a failure its launcher saw still counts
+            return ("error" if ended is not None else None), ended
         if _alive(feed.pid):
             return "running", None
         return "killed", ended

@@ -47,6 +47,7 @@ def summary_of(
         suspects=tuple(replace(s, rank=rank) for s in report.suspects),
         clock=report.clock,
         per_step_bytes=rates.get(report.resource) if report.resource else None,
+        epochs=report.epochs,
         status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
         cuda_contexts=cuda_contexts,
@@ -193,7 +194,7 @@ def with_ranks(report: R, ranks: tuple[RankSummary, ...] | None) -> R:
         )
     if not own_counts:  # steps are the worst rank's; the watcher's own rates were per second: dropped
         changes.update(
-            steps=worst.steps, clock=worst.clock, optimizer_steps=worst.steps if worst.clock == "optimizer" else 0,
+            steps=worst.steps, clock=worst.clock, epochs=worst.epochs, optimizer_steps=worst.steps if worst.clock == "optimizer" else 0,
             ram=replace(report.ram, per_step_bytes=None),
             heap=None if report.heap is None else replace(report.heap, per_step_bytes=None),
             shm=None if report.shm is None else replace(report.shm, per_step_bytes=None),
