@@ -5,6 +5,7 @@ of CUDA contexts, and where a rank's holders are looked for."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -106,7 +107,10 @@ def test_a_sender_never_blocks_when_the_watcher_does_not_read() -> None:
     assert 0 < len(received) == results.count(True)
     sink.close()
     assert not os.path.exists(sink.address)
-    assert sender.send(message) is False  # the watcher is gone: still no exception, no wait
+    assert sender.send(message) is False and sender.gone  # the watcher is gone: no exception, no wait
+    started = time.monotonic()
+    assert sender.send_patiently(message, timeout_s=5.0) is False
+    assert time.monotonic() - started < 0.5  # a rank exiting after its watcher does not hang
     sender.close()
 
 

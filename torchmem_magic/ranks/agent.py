@@ -172,6 +172,7 @@ class RankAgent:
         self._holder_scans_sent = -1
         self._finished = False
         self._devices_sent_s = -DEVICES_PERIOD_S
+        self._inherited_exceptions = (getattr(sys, "last_exc", None), getattr(sys, "last_value", None))
 
     def start(self, hooks: TrainingHooks | None = None) -> None:
         """Start the rank's session (adopting `hooks` already installed in this process, if given)
@@ -234,18 +235,29 @@ class RankAgent:
     def on_finish(self, session: MemwatchSession, report: Report) -> None:
         pass  # `finish` sends the rest once the report (and so the evidence) exists
 
+    def _events_message(self, session: MemwatchSession, events: list[Any]) -> dict[str, Any]:
+        return {
+            "k": "events", "pid": os.getpid(), **self._identity(),
+            "clock": session.clock, "counts": dict(session.clock_counts),
+            "t_s": session.elapsed_s, "dropped": self.outbox.dropped, "events": events,
+        }
+
     def _flush(self, session: MemwatchSession) -> None:
         """Send the queued events, a datagram of up to 200 at a time; what does not go out waits."""
         while len(self.outbox):
             events = self.outbox.take()
-            message = {
-                "k": "events", "pid": os.getpid(), **self._identity(),
-                "clock": session.clock, "counts": dict(session.clock_counts),
-                "t_s": session.elapsed_s, "dropped": self.outbox.dropped, "events": events,
-            }
-            if not self.sender.send(message):
+            if not self.sender.send(self._events_message(session, events)):
                 self.outbox.put_back(events)
                 return
+
+    def _own_exception(self) -> BaseException | None:
+        """A script's unhandled exception: printed before exit handlers run, and left in sys.last_*
+        (one a forked rank inherited from the notebook's earlier cells is not its own)."""
+        for name in ("last_exc", "last_value"):
+            value = getattr(sys, name, None)
+            if isinstance(value, BaseException) and all(value is not seen for seen in self._inherited_exceptions):
+                return value
+        return None
 
     def finish(self) -> None:
         """End the rank's run (idempotent): stop its session, send the rest of the stream and the evidence."""
@@ -253,21 +265,13 @@ class RankAgent:
             return
         self._finished = True
         session = self.session
-        # a script's unhandled exception was printed before exit handlers run, and left in sys.last_*
-        ended_by = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         try:
-            session.stop(ended_by if isinstance(ended_by, BaseException) else None)
+            session.stop(self._own_exception())
         finally:
-            deadline_messages = 50
-            while len(self.outbox) and deadline_messages:
-                events = self.outbox.take()
-                deadline_messages -= 1
-                self.sender.send_patiently({
-                    "k": "events", "pid": os.getpid(), **self._identity(), "clock": session.clock,
-                    "counts": dict(session.clock_counts), "t_s": session.elapsed_s,
-                    "dropped": self.outbox.dropped, "events": events,
-                })
-            if session.evidence is not None:
+            delivered = True
+            while len(self.outbox) and delivered:  # the last rows (at most 2 s when the watcher lags)
+                delivered = self.sender.send_patiently(self._events_message(session, self.outbox.take()))
+            if session.evidence is not None and delivered:
                 self.sender.send_patiently({
                     "k": "final", "pid": os.getpid(), **self._identity(),
                     "evidence": evidence_fields(session.evidence), "dropped": self.outbox.dropped,

@@ -115,6 +115,7 @@ class RankSender:
         self._lock = threading.Lock()  # the sampler thread and the exit path may both send
         self.sent = 0
         self.failed = 0
+        self.gone = False  # the watcher's socket no longer exists (it ended before this rank)
 
     def send(self, message: dict[str, Any]) -> bool:
         """True when the message left; False when the watcher's buffer is full or it is gone."""
@@ -122,17 +123,22 @@ class RankSender:
         with self._lock:
             try:
                 self._socket.sendto(data, self.address)
-            except (BlockingIOError, InterruptedError, ConnectionRefusedError, FileNotFoundError, OSError):
+            except (BlockingIOError, InterruptedError):
                 self.failed += 1
+                return False
+            except OSError:  # refused, no such file, closed: nobody will read it
+                self.failed += 1
+                self.gone = True
                 return False
         self.sent += 1
         return True
 
     def send_patiently(self, message: dict[str, Any], timeout_s: float = 2.0) -> bool:
-        """The last message of a run: retried for up to `timeout_s` while the watcher's buffer is full."""
+        """The last messages of a run: retried for up to `timeout_s` while the watcher's buffer is
+        full, not at all once the watcher is gone."""
         deadline = time.monotonic() + timeout_s
         while not self.send(message):
-            if time.monotonic() >= deadline:
+            if self.gone or time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
         return True
