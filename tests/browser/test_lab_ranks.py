@@ -38,7 +38,7 @@ RUN = "%%memwatch --interval 50\nmp.start_processes(train, args=(2, 29561, 1), n
 RANKS_FIGURE_JS = """() => {
   const figures = Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure'));
   const ranks = figures.find(f => (f.textContent || '').includes('ranks: '));
-  return ranks && ranks.offsetParent !== null ? ranks.textContent : '';
+  return ranks ? ranks.textContent : '';
 }"""
 STATUS_JS = """() => {
   const s = document.querySelector('.jp-Notebook .widget-html');

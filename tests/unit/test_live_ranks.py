@@ -200,13 +200,13 @@ def _draw(feeds: list[RankFeed] | None) -> LiveFigure:
 
 def test_without_ranks_the_ranks_panel_stays_hidden_and_the_kernels_curves_stay() -> None:
     figure = _draw(None)
-    assert figure.rank_figure.layout.display == "none"
+    assert figure.rank_figure not in figure.widget.children
     assert "heap in use" in list(figure.lines.labels)
 
 
 def test_two_ranks_one_line_each_and_no_legend_rows_for_empty_marks() -> None:
     figure = _draw([_feed(10, 0, 0.0), _feed(11, 1, 64 * KIB)])
-    assert figure.rank_figure.layout.display is None and figure.rank_figure.title == "ranks: heap in use"
+    assert figure.widget.children[2] is figure.rank_figure and figure.rank_figure.title == "ranks: heap in use"
     assert list(figure.rank_lines.labels) == ["rank 0", "rank 1"] and np.asarray(figure.rank_lines.y).shape == (2, 120)
     assert figure.rank_lines.display_legend
     assert not figure.rank_band.display_legend and not figure.rank_vram_lines.display_legend

@@ -128,7 +128,6 @@ class LiveFigure:
             [
                 ipywidgets.HBox([self.x_toggle, self.status], layout=ipywidgets.Layout(align_items="center")),
                 self.figure,
-                self.rank_figure,
                 self.controls.widget,
             ],
             layout=ipywidgets.Layout(width="100%"),
@@ -136,7 +135,7 @@ class LiveFigure:
 
     def _build_ranks_panel(self) -> None:
         """A second panel for the ranks, under the first and on its x scale (so both line up in time
-        or steps), hidden until a rank streams. Its own y axis: a rank's heap (tens of MiB) would be
+        or steps), shown once a rank streams. Its own y axis: a rank's heap (tens of MiB) would be
         a flat line at the bottom of the process tree's GiB. Legends stay off until a mark has data
         (a hidden mark still takes a legend row)."""
         self.rank_y_scale = bqplot.LinearScale(min=0.0)
@@ -164,7 +163,7 @@ class LiveFigure:
             axes=[self.rank_x_axis, self.rank_y_axis], title="ranks",
             animation_duration=0, legend_location="top-left",
             fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
-            layout=ipywidgets.Layout(width="100%", height="300px", display="none"),
+            layout=ipywidgets.Layout(width="100%", height="300px"),
         )
 
     def attach(self, session: MemwatchSession) -> None:
@@ -291,4 +290,6 @@ class LiveFigure:
             STEP_AXIS_LABELS.get(worst_feed.clock, "step") + " (each rank's)" if by_steps else "time (s)"
         )
         self.rank_figure.title = f"ranks: {ranks.quantity}" + (", VRAM allocated (dashed)" if ranks.vram else "")
-        self.rank_figure.layout.display = None
+        children = self.widget.children
+        if self.rank_figure not in children:  # not rendered at all in a single-process run
+            self.widget.children = (*children[:2], self.rank_figure, *children[2:])
