@@ -316,6 +316,10 @@ class LiveStatus:
     verdict: str | None = None  # the verdict as it forms, once the run has enough steps for one
     clock: Clock = "optimizer"
     holder: str | None = None  # the fastest-growing holder so far: "val_outputs +2.9 MiB/step, autograd graphs"
+    ranks: int = 0  # processes streaming as ranks (0: a single-process run)
+    rank_steps: tuple[int, int] | None = None  # the slowest and the fastest rank's steps of `rank_clock`
+    rank_clock: Clock = "optimizer"
+    worst_rank: str | None = None  # "worst rank 1: leak +67.8 KiB/step in heap (outputs)", once judged
 
     @property
     def steps_per_s(self) -> float:

@@ -8,6 +8,7 @@ an exception or KeyboardInterrupt.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import math
@@ -51,6 +52,7 @@ from .verdict import Diagnosis
 
 if TYPE_CHECKING:
     from .ranks.feed import RankFeeds
+    from .ranks.live import LiveRanks, RankLive
 
 DEFAULT_INTERVAL_MS = 100.0
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
@@ -220,6 +222,7 @@ class MemwatchSession:
         self.holder_scans = 0  # leak-finder scans during the run, and their wall time (training thread)
         self.holder_scan_s = 0.0
         self._live_holder: tuple[int, str | None] = (-1, None)  # (scans it was computed at, the holder line)
+        self._live_ranks: LiveRanks | None = None  # each rank's verdict as it forms (sampler thread)
 
     # ------------------------------------------------------------------ sampling
     def _elapsed_s(self) -> float:
@@ -628,13 +631,46 @@ class MemwatchSession:
             self._live_holder = (tracker.scans, live_holder_line(trends, tracker.kinds, self.clock))
         return self._live_holder[1]
 
+    def live_ranks(self) -> tuple[RankLive, ...]:
+        """Each rank's verdict so far (each recomputed at most once a second), by rank number; once
+        the run ended, as the report judged them."""
+        if self.report is not None and self.report.ranks:
+            from .ranks.live import from_summary
+
+            return tuple(from_summary(r) for r in self.report.ranks)
+        if self.ranks is None:
+            return ()
+        feeds = self.ranks.snapshot()
+        if not feeds:
+            return ()
+        if self._live_ranks is None:
+            from .ranks.live import LiveRanks
+
+            self._live_ranks = LiveRanks(self._clock)
+        return self._live_ranks.judge(feeds)
+
     def live_status(self) -> LiveStatus:
         """A snapshot for the live status line."""
         tree_workers = self._tree.workers if self._tree is not None else 0
         loader = self.training_loader()
-        return live_status(
+        status = live_status(
             self.timeline, self.steps, self._elapsed_s(), tree_workers, self.live_verdict(loader),
             clock=self.clock, loader=loader, holder=self.live_holder(),
+        )
+        ranks = self.live_ranks()
+        if not ranks:
+            return status
+        from .ranks.live import worst_line
+
+        stepping = [r for r in ranks if r.clock != "time"]
+        rank_clock = stepping[0].clock if stepping else "optimizer"
+        steps = [r.steps for r in stepping if r.clock == rank_clock]
+        return dataclasses.replace(
+            status,
+            # without steps of its own, this process's verdict is over its seconds: the ranks' says more
+            verdict=status.verdict if self.clock != "time" else None,
+            ranks=len(ranks), rank_steps=(min(steps), max(steps)) if steps else None, rank_clock=rank_clock,
+            worst_rank=worst_line(ranks),
         )
 
     def epoch_markers(self) -> list[tuple[float, float]]:

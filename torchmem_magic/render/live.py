@@ -17,8 +17,10 @@ import bqplot
 import ipywidgets
 import numpy as np
 
+from ..ranks.live import rank_numbers, worst_live
 from ..timeline import DecimatingSeries
 from .controls import Controls
+from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
 from .text import status_line
 
 if TYPE_CHECKING:
@@ -29,6 +31,8 @@ MIB, GIB = float(1 << 20), float(1 << 30)
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
 MAX_POINTS = 2000
 LEGEND_ROW_SHARE = 0.07  # headroom per legend entry, so the top-left legend does not hide the curves
+RANK_LEGEND_ROW_SHARE = 0.12  # the same, of the ranks' span (their panel is zoomed to it)
+MIN_ZOOM_SPAN_BYTES = 4 << 20  # a flat heap is drawn flat, not as its noise blown up to the panel's height
 
 #: (column, legend label, colour) of every curve the figure can show; absent sources are left out.
 CURVES: tuple[tuple[str, str, str], ...] = (
@@ -52,12 +56,33 @@ def _has_data(column: np.ndarray) -> bool:
     return bool(column.size) and bool(np.isfinite(column).any()) and bool(np.nanmax(column) > 0)
 
 
-def _visible_curves(data: dict[str, np.ndarray]) -> list[tuple[str, str, str]]:
+#: the launching process's own curves, left out while ranks train in its children: it idles, so they
+#: are flat lines that only crowd the legend (the tree's RAM stays: it sums the ranks, as the OOM killer does)
+LAUNCHER_ONLY = frozenset({"rss_bytes", "heap_bytes"})
+
+
+def _visible_curves(data: dict[str, np.ndarray], launcher: bool = False) -> list[tuple[str, str, str]]:
     """Curves with data; the kernel's own RSS only when children make it differ from the tree's RAM."""
     curves = [c for c in CURVES if _has_data(data[c[0]])]
     if np.array_equal(data["rss_bytes"], data["ram_bytes"]):
         curves = [c for c in curves if c[0] != "rss_bytes"]
+    if launcher:
+        curves = [c for c in curves if c[0] not in LAUNCHER_ONLY]
     return curves
+
+
+def _zoomed(low: float, peak: float, unit: float, entries: int) -> tuple[float, float | None]:
+    """The ranks' y range: their readings' own span, not from zero, so that a rank's growth of a few
+    MiB on a heap of a hundred shows as a slope; headroom above for the legend."""
+    if peak <= 0:
+        return 0.0, None
+    span = max(peak - low, MIN_ZOOM_SPAN_BYTES)
+    bottom = max(0.0, low - 0.1 * span)
+    return bottom / unit, (peak + span * (0.1 + RANK_LEGEND_ROW_SHARE * entries)) / unit
+
+
+def _y_max(peak: float, unit: float, entries: int) -> float | None:
+    return peak / unit * (1.05 + LEGEND_ROW_SHARE * entries) if peak > 0 else None
 
 
 class LiveFigure:
@@ -88,6 +113,7 @@ class LiveFigure:
             fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
             layout=ipywidgets.Layout(width="100%", height="320px"),
         )
+        self._build_ranks_panel()
         self.status = ipywidgets.HTML(value="<code>starting…</code>")
         self.x_toggle = ipywidgets.ToggleButtons(
             options=[("time", "time"), ("steps", "steps")], value="time",
@@ -105,6 +131,39 @@ class LiveFigure:
                 self.controls.widget,
             ],
             layout=ipywidgets.Layout(width="100%"),
+        )
+
+    def _build_ranks_panel(self) -> None:
+        """A second panel for the ranks, under the first and on its x scale (so both line up in time
+        or steps), shown once a rank streams. Its own y axis: a rank's heap (tens of MiB) would be
+        a flat line at the bottom of the process tree's GiB. Legends stay off until a mark has data
+        (a hidden mark still takes a legend row)."""
+        self.rank_y_scale = bqplot.LinearScale(min=0.0)
+        scales = {"x": self.x_scale, "y": self.rank_y_scale}
+        self.rank_lines = bqplot.Lines(
+            x=np.zeros(0), y=np.zeros(0), scales=scales, display_legend=False, stroke_width=2,
+        )
+        self.rank_vram_lines = bqplot.Lines(
+            x=np.zeros(0), y=np.zeros(0), scales=scales, display_legend=False, stroke_width=2,
+            line_style="dashed", visible=False,
+        )
+        self.rank_band = bqplot.Lines(  # min and max of all ranks, the space between them filled
+            x=np.zeros((2, 2)), y=np.zeros((2, 2)), scales=scales, display_legend=False, stroke_width=1,
+            fill="between", colors=["#888888", "#888888"], fill_colors=["#bbbbbb"], fill_opacities=[0.35],
+            visible=False,
+        )
+        self.rank_epoch_lines = bqplot.Lines(
+            x=np.zeros((1, 2)), y=np.array([[0.0, 1.0]]), scales={"x": self.x_scale, "y": self.marker_scale},
+            colors=["#999999"], line_style="dashed", stroke_width=1, visible=False,
+        )
+        self.rank_x_axis = bqplot.Axis(scale=self.x_scale, label="time (s)")
+        self.rank_y_axis = bqplot.Axis(scale=self.rank_y_scale, side="left", label="MiB", tick_format=",.0f")
+        self.rank_figure = bqplot.Figure(
+            marks=[self.rank_band, self.rank_lines, self.rank_vram_lines, self.rank_epoch_lines],
+            axes=[self.rank_x_axis, self.rank_y_axis], title="ranks",
+            animation_duration=0, legend_location="top-left",
+            fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
+            layout=ipywidgets.Layout(width="100%", height="300px"),
         )
 
     def attach(self, session: MemwatchSession) -> None:
@@ -128,21 +187,41 @@ class LiveFigure:
             self._draw(session, final=True, report=session.report)
 
     # ---------------------------------------------------------------- drawing
+    def _rank_curves(self, session: MemwatchSession, by_steps: bool) -> tuple[RankCurves | None, Any]:
+        """The ranks' curves and the worst rank's feed (None, None without ranks)."""
+        feeds = session.ranks.snapshot() if session.ranks is not None else []
+        if not feeds:
+            return None, None
+        numbers = rank_numbers(feeds)
+        worst = worst_live(session.live_ranks())
+        worst_pid = worst.pid if worst is not None else None
+        curves = rank_curves(feeds, numbers, worst_pid, by_steps)
+        return curves, next((f for f in feeds if f.pid == worst_pid), feeds[0])
+
     def _draw(self, session: MemwatchSession, final: bool, report: Report | None = None) -> None:
         by_steps = self.x_toggle.value == "steps"
-        series: DecimatingSeries = session.timeline.by_step if by_steps else session.timeline.by_time
-        x_name = "step" if by_steps else "t_s"
+        text = status_line(session.live_status())
+        if final and report is not None:
+            text = f"{report.status} · {text}"
+        ranks, worst_feed = self._rank_curves(session, by_steps)
+        launcher = ranks is not None and session.clock == "time"  # the ranks train; this process launched them
+        # without steps of its own, the tree's curves go on the steps axis at the worst rank's steps
+        mapped = by_steps and launcher
+        series: DecimatingSeries = session.timeline.by_step if by_steps and not mapped else session.timeline.by_time
+        x_name = "step" if by_steps and not mapped else "t_s"
         data = series.columns(x_name, *(c for c, _, _ in CURVES))
-        x = _decimate(np.frombuffer(data[x_name], dtype=np.float64))
+        x_all = np.frombuffer(data[x_name], dtype=np.float64)
         columns = {c: np.frombuffer(data[c], dtype=np.float64) for c, _, _ in CURVES}
-        visible = _visible_curves(columns)
+        if mapped:
+            x_all = steps_of_time(x_all, worst_feed)
+            keep = np.isfinite(x_all)
+            x_all, columns = x_all[keep], {c: v[keep] for c, v in columns.items()}
+        x = _decimate(x_all)
+        visible = _visible_curves(columns, launcher)
         peak = max((float(np.nanmax(columns[c])) for c, _, _ in visible), default=0.0)
         unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
         curves = [(_decimate(columns[c]) / unit, label, colour) for c, label, colour in visible]
         markers = [step if by_steps else t_s for t_s, step in session.epoch_markers()]
-        text = status_line(session.live_status())
-        if final and report is not None:
-            text = f"{report.status} · {text}"
         with self._lock:
             with self.lines.hold_sync():
                 if curves:
@@ -150,16 +229,67 @@ class LiveFigure:
                     self.lines.y = np.vstack([c[0] for c in curves])
                     self.lines.labels = [c[1] for c in curves]
                     self.lines.colors = [c[2] for c in curves]
-            self.y_scale.max = peak / unit * (1.05 + LEGEND_ROW_SHARE * len(curves)) if peak > 0 else None
+            self.y_scale.max = _y_max(peak, unit, len(curves))
             self.y_axis.label = unit_name
             with self.epoch_lines.hold_sync():
                 if markers:
                     self.epoch_lines.x = np.repeat(np.asarray(markers, dtype=np.float64)[:, None], 2, axis=1)
                     self.epoch_lines.y = np.tile([0.0, 1.0], (len(markers), 1))
                 self.epoch_lines.visible = bool(markers)
-            self.x_axis.label = STEP_AXIS_LABELS.get(session.clock, "step") if by_steps else "time (s)"
+            self.x_axis.label = self._x_label(session, by_steps, worst_feed if mapped else None)
+            if ranks is not None:
+                self._draw_ranks(ranks, by_steps, worst_feed)
             # wrap only between the " · " separated parts, never inside one ("shm 0 B")
             parts = (html.escape(part).replace(" ", "&nbsp;") for part in text.split(" · "))
             self.status.value = f"<code>{' · '.join(parts)}</code>"
             self.updates += 1
 
+
+    @staticmethod
+    def _x_label(session: MemwatchSession, by_steps: bool, worst_feed: Any) -> str:
+        if not by_steps:
+            return "time (s)"
+        if worst_feed is not None:
+            return f"{STEP_AXIS_LABELS.get(worst_feed.clock, 'step')} (worst rank)"
+        return STEP_AXIS_LABELS.get(session.clock, "step")
+
+    def _draw_ranks(self, ranks: RankCurves, by_steps: bool, worst_feed: Any) -> None:
+        """The ranks' panel (under the lock, on the one writer thread)."""
+        peak = ranks.peak_bytes
+        unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
+        entries = len(ranks.memory) + len(ranks.vram) + (2 if ranks.band is not None else 0)
+        with self.rank_lines.hold_sync():
+            if ranks.memory:
+                x, y = padded(ranks.memory)
+                self.rank_lines.x, self.rank_lines.y = x, y / unit
+                self.rank_lines.labels = [c.label for c in ranks.memory]
+                self.rank_lines.colors = [c.colour for c in ranks.memory]
+            self.rank_lines.display_legend = bool(ranks.memory)
+        with self.rank_vram_lines.hold_sync():
+            if ranks.vram:
+                x, y = padded(ranks.vram)
+                self.rank_vram_lines.x, self.rank_vram_lines.y = x, y / unit
+                self.rank_vram_lines.labels = [c.label for c in ranks.vram]
+                self.rank_vram_lines.colors = [c.colour for c in ranks.vram]
+            self.rank_vram_lines.visible = self.rank_vram_lines.display_legend = bool(ranks.vram)  # a hidden mark keeps its legend entry
+        band = ranks.band
+        with self.rank_band.hold_sync():
+            if band is not None:
+                self.rank_band.x = np.vstack([band.x, band.x])
+                self.rank_band.y = np.vstack([band.low_bytes, band.high_bytes]) / unit
+                self.rank_band.labels = [f"min of {band.ranks} ranks", f"max of {band.ranks} ranks"]
+            self.rank_band.visible = self.rank_band.display_legend = band is not None  # a hidden mark keeps its legend entry
+        with self.rank_epoch_lines.hold_sync():
+            if ranks.epochs_x:
+                self.rank_epoch_lines.x = np.repeat(np.asarray(ranks.epochs_x, dtype=np.float64)[:, None], 2, axis=1)
+                self.rank_epoch_lines.y = np.tile([0.0, 1.0], (len(ranks.epochs_x), 1))
+            self.rank_epoch_lines.visible = bool(ranks.epochs_x)
+        self.rank_y_scale.min, self.rank_y_scale.max = _zoomed(ranks.low_bytes, peak, unit, entries)
+        self.rank_y_axis.label = unit_name
+        self.rank_x_axis.label = (
+            STEP_AXIS_LABELS.get(worst_feed.clock, "step") + " (each rank's)" if by_steps else "time (s)"
+        )
+        self.rank_figure.title = f"ranks: {ranks.quantity}" + (", VRAM allocated (dashed)" if ranks.vram else "")
+        children = self.widget.children
+        if self.rank_figure not in children:  # not rendered at all in a single-process run
+            self.widget.children = (*children[:2], self.rank_figure, *children[2:])

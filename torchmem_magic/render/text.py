@@ -127,12 +127,14 @@ def status_line(status: LiveStatus) -> str:
     clock = status.clock
     unit = rate_unit(clock)
     progress = [f"{unit} {status.steps:,}", f"{status.steps_per_s:.1f} {plural_noun(clock)}/s"]
+    ranks_only = bool(status.ranks) and clock == "time"  # the ranks train, this process only launched them
     parts = [
         *(progress if clock != "time" else [format_duration(status.elapsed_s)]),
-        f"epoch {status.epochs}",
+        *([_rank_progress(status)] if status.ranks else []),
+        *([] if ranks_only and not status.epochs else [f"epoch {status.epochs}"]),
         f"RAM {format_bytes(status.ram_bytes)} ({format_per_step(status.ram_per_step, clock)})",
     ]
-    if not math.isnan(status.heap_bytes):
+    if not math.isnan(status.heap_bytes) and not ranks_only:  # the launcher's heap says nothing of the ranks'
         parts.append(f"heap {format_bytes(status.heap_bytes)} ({format_per_step(status.heap_per_step, clock)})")
     if not math.isnan(status.vram_allocated_bytes):
         parts.append(
@@ -147,7 +149,19 @@ def status_line(status: LiveStatus) -> str:
         parts.append(f"verdict so far: {status.verdict}")
     if status.holder:
         parts.append(f"growing: {status.holder}")
+    if status.worst_rank:
+        parts.append(status.worst_rank)
     return " · ".join(parts)
+
+
+def _rank_progress(status: LiveStatus) -> str:
+    """'2 ranks at step 118–120': how far the slowest and the fastest rank are."""
+    text = f"{status.ranks} rank{'s' if status.ranks != 1 else ''}"
+    if status.rank_steps is None:
+        return text
+    low, high = status.rank_steps
+    at = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    return f"{text} at {rate_unit(status.rank_clock)} {at}"
 
 
 # ----------------------------------------------------------------------------- ranks

@@ -1,0 +1,88 @@
+"""Ranks in a real JupyterLab: a cell forks two DDP ranks; their curves and the worst rank show while it runs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import nbformat
+import pytest
+from lab_server import ARTIFACTS, Lab
+from nbformat.v4 import new_code_cell, new_notebook
+from test_lab_live_figure import KERNEL_IDLE_JS, PROMPTS_JS, _wait
+
+pytestmark = pytest.mark.browser
+
+SETUP = '''\
+%load_ext torchmem_magic
+import os, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+torch.set_num_threads(1)
+
+def train(rank, world, port, leak_rank, steps=400):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    outputs = []  # on the leaking rank: every output and its graph
+    for step in range(steps):
+        out = model(torch.randn(64, 256))
+        opt.zero_grad(); out.pow(2).mean().backward(); opt.step()
+        if rank == leak_rank:
+            outputs.append(out)
+        time.sleep(0.01)
+    dist.barrier()
+    dist.destroy_process_group()'''
+RUN = "%%memwatch --interval 50\nmp.start_processes(train, args=(2, 29561, 1), nprocs=2, start_method='fork')"
+
+RANKS_FIGURE_JS = """() => {
+  const figures = Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure'));
+  const ranks = figures.find(f => (f.textContent || '').includes('ranks: '));
+  return ranks ? ranks.textContent : '';
+}"""
+STATUS_JS = """() => {
+  const s = document.querySelector('.jp-Notebook .widget-html');
+  return s ? s.innerText.replace(/\\u00a0/g, ' ') : '';
+}"""
+
+
+def test_two_ranks_have_their_curves_and_the_worst_rank_is_named_while_the_cell_runs(lab: Lab, page: Any) -> None:
+    nb = new_notebook(cells=[new_code_cell(SETUP), new_code_cell(RUN)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lab.root / "ranks.ipynb")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.goto(f"{lab.url}/lab/tree/ranks.ipynb?token={lab.token}")
+    this_notebook = "!!w && !!w.context && w.context.path.endsWith('ranks.ipynb')"
+    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+    try:
+        _wait(page, f"() => ({PROMPTS_JS})()[1] === '[*]:' && ({STATUS_JS})().includes('worst rank 1: leak')", 120)
+        _wait(page, RANKS_FIGURE_JS, 20)
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "ranks_running.png"), full_page=True)
+    running = page.evaluate(PROMPTS_JS)
+    legend = page.evaluate(RANKS_FIGURE_JS)
+    status = page.evaluate(STATUS_JS)
+    assert running[1] == "[*]:", f"the cell ended before it could be seen running: {running}"
+    assert "rank 0" in legend and "rank 1" in legend and "ranks: heap in use" in legend, legend
+    assert "2 ranks at step" in status and "KiB/step in heap (outputs)" in status, status
+    page.locator(".jp-CodeCell").nth(1).screenshot(path=str(ARTIFACTS / "ranks_running_cell.png"))
+
+    _wait(page, f"() => ({PROMPTS_JS})()[1] !== '[*]:' && ({PROMPTS_JS})()[1].startsWith('[')", 180)
+    page.wait_for_selector(".torchmem-report")
+    time.sleep(0.5)
+    report = page.inner_text(".torchmem-report")
+    assert "rank 1: leak" in report, report[:2000]
+    status = page.evaluate(STATUS_JS)
+    assert status.startswith("ok · ") and "worst rank 1: leak +" in status, status
+    page.screenshot(path=str(ARTIFACTS / "ranks_done.png"), full_page=True)
+    cell = page.locator(".jp-CodeCell").nth(1)
+    cell.locator(".bqplot.figure").nth(1).scroll_into_view_if_needed()
+    cell.screenshot(path=str(ARTIFACTS / "ranks_done_cell.png"))
+
+    # on the steps axis: each rank against its own steps, the tree's RAM against the worst rank's
+    cell.locator("button:has-text('steps')").click()
+    _wait(page, "() => document.querySelector('.jp-Notebook').innerText.includes(\"optimizer step (each rank's)\")", 20)
+    assert "optimizer step (worst rank)" in cell.inner_text()
+    cell.screenshot(path=str(ARTIFACTS / "ranks_done_steps_cell.png"))

@@ -1,0 +1,181 @@
+"""Each rank's verdict while the run goes, and which rank is the worst (pure: no I/O, no torch).
+
+A leak on one rank of many is worth seeing while the run can still be stopped, so the status line
+names the worst rank as it forms. A rank's live verdict is the detector the final report uses, over
+what the rank streamed so far; it is recomputed at most once a second per rank, since ranks stream
+four times a second and the detector is not free. The worst rank is chosen as at the end
+(`merge.worst_of`): a rank that died, then the most severe verdict, the fastest growth, the peak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from ..holders import holder_trend
+from ..model import Clock, RankSummary, VerdictName
+from ..report import LIVE_VERDICT_STEPS, diagnose
+from ..units import format_bytes, rate_unit
+from .feed import RankFeed
+from .merge import SEVERITY, STOPPED_BY_LAUNCHER
+
+LIVE_RANK_PERIOD_S = 1.0
+LIVE_MAX_POINTS = 64  # the detector's pairwise slopes over at most this many points: cheap enough per rank
+MEMORY_COLUMNS = ("heap_bytes", "ram_bytes", "vram_allocated_bytes")
+
+
+@dataclass(frozen=True)
+class RankLive:
+    """One rank's state as the status line judges it mid-run."""
+
+    rank: int
+    pid: int
+    verdict: VerdictName  # "unknown" until the rank made LIVE_VERDICT_STEPS steps
+    resource: str | None = None
+    per_step_bytes: float | None = None
+    clock: Clock = "optimizer"
+    steps: int = 0
+    peak_bytes: float = 0.0  # its highest memory reading (VRAM allocated when it has CUDA, else RAM)
+    holder: str | None = None  # its fastest-growing holder, once one grows
+    died: str | None = None  # how it stopped without finishing ("SIGKILL", "exit code 1", "stopped")
+    last_seen_s: float = 0.0
+
+
+def rank_numbers(feeds: Sequence[RankFeed]) -> dict[int, int]:
+    """pid -> rank number; a process that has not said its rank yet gets the next free number, in
+    order of arrival (as in the final report)."""
+    taken = {f.rank for f in feeds if f.rank is not None}
+    numbers: dict[int, int] = {}
+    free = 0
+    for feed in feeds:
+        if feed.rank is not None:
+            numbers[feed.pid] = feed.rank
+            continue
+        while free in taken:
+            free += 1
+        numbers[feed.pid] = free
+        taken.add(free)
+    return numbers
+
+
+def _peak_bytes(feed: RankFeed) -> float:
+    series = feed.timeline.by_time
+    vram = series.max("vram_allocated_bytes")
+    if not math.isnan(vram) and vram > 0:
+        return vram
+    ram = series.max("ram_bytes")
+    return 0.0 if math.isnan(ram) else ram
+
+
+def _growing_holder(feed: RankFeed) -> str | None:
+    trends = [holder_trend(name, points) for name, points in feed.holder_series.items()]
+    growing = [t for t in trends if t.growing and t.growth_per_step]
+    return max(growing, key=lambda t: t.growth_per_step or 0.0).name if growing else None
+
+
+def _died(feed: RankFeed) -> str | None:
+    """How a rank that stopped streaming without its final message ended (None: it is running or finished)."""
+    if feed.final is not None or feed.exit is None or not feed.exit.abnormal:
+        return None  # an exit code 0 without the final message yet: it is finishing
+    exit_info = feed.exit
+    if exit_info.signal_number is not None:
+        import signal
+
+        try:
+            return signal.Signals(exit_info.signal_number).name
+        except ValueError:
+            return f"signal {exit_info.signal_number}"
+    return f"exit code {exit_info.exit_code}"
+
+
+def judge_rank(feed: RankFeed, rank: int) -> RankLive:
+    """The live verdict of one rank from what it streamed so far."""
+    clock: Clock = feed.clock if feed.clock in ("optimizer", "backward", "batch", "forward", "time") else "time"  # type: ignore[assignment]
+    enough = feed.timeline.by_time.count if clock == "time" else feed.steps
+    verdict: VerdictName = "unknown"
+    resource, rate = None, None
+    if enough >= LIVE_VERDICT_STEPS:
+        diagnosis = diagnose(
+            feed.timeline, feed.steps, feed.elapsed_s, float(feed.ram_limit_bytes),
+            max_points=LIVE_MAX_POINTS, clock=clock,
+        )
+        verdict, resource = diagnosis.verdict, diagnosis.resource
+        rate = diagnosis.per_step_bytes if diagnosis.verdict in ("leak", "suspect") else None
+    return RankLive(
+        rank=rank, pid=feed.pid, verdict=verdict, resource=resource, per_step_bytes=rate, clock=clock,
+        steps=feed.steps, peak_bytes=_peak_bytes(feed), holder=_growing_holder(feed), died=_died(feed),
+        last_seen_s=feed.last_seen_s,
+    )
+
+
+def from_summary(summary: RankSummary) -> RankLive:
+    """A finished rank, as the final report judged it (so the last status line agrees with the report)."""
+    growing = sorted((s for s in summary.suspects if s.growth_per_step), key=lambda s: -(s.growth_per_step or 0.0))
+    holder = growing[0].name if growing else None
+    if holder is None and summary.verdict == "leak" and summary.suspects:
+        holder = summary.suspects[0].name
+    peak = summary.vram.allocated_peak_bytes if summary.vram is not None and summary.vram.allocated_peak_bytes else summary.ram.peak_bytes
+    died = (summary.ended or "stopped") if summary.status == "killed" else None
+    return RankLive(
+        rank=summary.rank, pid=summary.pid, verdict=summary.verdict, resource=summary.resource,
+        per_step_bytes=summary.per_step_bytes, clock=summary.clock, steps=summary.steps, peak_bytes=float(peak),
+        holder=holder, died=died, last_seen_s=summary.last_seen_s,
+    )
+
+
+def worst_live(ranks: Sequence[RankLive]) -> RankLive | None:
+    """The rank the status line names: the first to die of something else than its launcher's stop
+    signal (else the first to die), else the most severe verdict, fastest growth, highest peak."""
+    if not ranks:
+        return None
+    dead = [r for r in ranks if r.died is not None]
+    witnessed = [r for r in dead if r.died not in STOPPED_BY_LAUNCHER]
+    first_dead = min(witnessed or dead, key=lambda r: r.last_seen_s) if dead else None
+    return max(ranks, key=lambda r: (
+        r is first_dead, SEVERITY.get(r.verdict, 0), r.per_step_bytes or 0.0, r.peak_bytes, -r.rank,
+    ))
+
+
+def worst_line(ranks: Sequence[RankLive]) -> str | None:
+    """'worst rank 1: leak +67.8 KiB/step in heap (outputs)'; 'ranks clean so far'; None before any verdict."""
+    worst = worst_live(ranks)
+    if worst is None:
+        return None
+    if worst.died is not None:
+        return f"rank {worst.rank} stopped ({worst.died}) at {worst.steps:,} {rate_unit(worst.clock)}s"
+    if worst.verdict == "unknown":
+        return None
+    if worst.verdict == "clean":
+        return "ranks clean so far" if len(ranks) > 1 else f"rank {worst.rank} clean so far"
+    line = f"worst rank {worst.rank}: {worst.verdict}"
+    if worst.per_step_bytes is not None:
+        line += f" {format_bytes(worst.per_step_bytes, signed=True)}/{rate_unit(worst.clock)}"
+        if worst.resource:
+            line += f" in {worst.resource}"
+    if worst.holder:
+        line += f" ({worst.holder})"
+    return line
+
+
+class LiveRanks:
+    """Each rank's live verdict, recomputed at most once every `period_s` per rank (sampler thread)."""
+
+    def __init__(self, clock: Callable[[], float], period_s: float = LIVE_RANK_PERIOD_S) -> None:
+        self._clock = clock
+        self._period_s = period_s
+        self._cache: dict[int, tuple[float, RankLive]] = {}  # pid -> (when, verdict)
+        self.judged = 0  # detector runs so far (what the period bounds)
+
+    def judge(self, feeds: Iterable[RankFeed]) -> tuple[RankLive, ...]:
+        feeds = list(feeds)
+        numbers = rank_numbers(feeds)
+        now = self._clock()
+        out = []
+        for feed in feeds:
+            cached = self._cache.get(feed.pid)
+            if cached is None or now - cached[0] >= self._period_s or cached[1].rank != numbers[feed.pid]:
+                self.judged += 1
+                cached = self._cache[feed.pid] = (now, judge_rank(feed, numbers[feed.pid]))
+            out.append(cached[1])
+        return tuple(sorted(out, key=lambda r: r.rank))
