@@ -29,7 +29,7 @@ from .probes.heap import HeapProbe
 from .probes.limits import MemoryLimit, memory_limit, sharing_strategy
 from .probes.process import ProcessTreeProbe
 from .probes.shm import ShmProbe
-from .ranks.settings import ForkedProcessHandler, RankSettings
+from .ranks.settings import ForkedProcessHandler, RankSettings, StartScan
 from .results import Report
 from .report import (
     LIVE_VERDICT_STEPS,
@@ -162,6 +162,8 @@ class MemwatchSession:
             scan cannot reach them any more (a rank's training function has returned by then).
         rank_agent: how a process forked from this one that trains is watched as a rank (None: it
             is not watched).
+        inherited_scan: the scan before the run of the watcher this process was forked from (a rank
+            then neither collects garbage nor scans before its run).
     """
 
     def __init__(
@@ -181,6 +183,7 @@ class MemwatchSession:
         adopt_hooks: TrainingHooks | None = None,
         keep_scanned_holders: bool = False,
         rank_agent: ForkedProcessHandler | None = None,
+        inherited_scan: StartScan | None = None,
     ) -> None:
         self.interval_s = validate_interval_ms(interval_ms) / 1000.0
         self.devices = None if device is None else [parse_device(str(device))]
@@ -194,6 +197,8 @@ class MemwatchSession:
         self._watch_ranks, self._train_hooks = watch_ranks, train_hooks
         self._adopt_hooks, self._keep_scanned_holders = adopt_hooks, keep_scanned_holders
         self._rank_agent = rank_agent
+        self._inherited_scan = inherited_scan
+        self.start_scan: StartScan | None = None
         self.ranks: RankFeeds | None = None
         self.evidence: RunEvidence | None = None  # what the report was assembled from
         self.started_wall_s = 0.0
@@ -385,15 +390,17 @@ class MemwatchSession:
 
                 self.ranks = RankFeeds(self._clock)
             self._devices_start: tuple[DeviceMemory, ...] = tuple(self._accelerator.details())
-            # cyclic garbage of earlier cells would otherwise be freed whenever the collector next runs,
-            # as a drop in the middle of this cell's curves (seen to hide a per-epoch staircase)
-            gc.collect()
+            if self._inherited_scan is None:
+                # cyclic garbage of earlier cells would otherwise be freed whenever the collector next runs,
+                # as a drop in the middle of this cell's curves (seen to hide a per-epoch staircase); a
+                # forked rank's watcher collected just before, and the rank's copy has nothing new
+                gc.collect()
             if self._roots is not None:  # what each name held before the cell: `new_in_cell`
-                before = scan_roots(self._roots(), START_SCAN_BUDGET)
-                self._baseline = baseline_of(before)
-                cheap = {s.name for s in before.roots if s.objects < CHEAP_OBJECTS and not s.truncated}
+                self.start_scan = self._scan_before(self._inherited_scan)
+                self._baseline = dict(self.start_scan.baseline)
                 self._tracker = HolderTracker(
-                    self._roots, self._baseline, cheap, before.elapsed_s, sequence_floor=_autograd_sequence_nr()
+                    self._roots, self._baseline, set(self.start_scan.cheap), self.start_scan.cost_s,
+                    sequence_floor=_autograd_sequence_nr(),
                 )
             self._started_s = self._clock()
             self.started_wall_s = time.time()
@@ -420,13 +427,27 @@ class MemwatchSession:
             raise
         return self
 
+    def _scan_before(self, inherited: StartScan | None) -> StartScan:
+        """What each name holds before the run; with the scan of the watcher this process was forked
+        from, only the names that scan did not see (a rank's training function's locals)."""
+        assert self._roots is not None
+        roots = self._roots()
+        if inherited is not None:
+            roots = [r for r in roots if r.name not in inherited.baseline]
+        before = scan_roots(roots, START_SCAN_BUDGET)
+        del roots
+        cheap = frozenset(s.name for s in before.roots if s.objects < CHEAP_OBJECTS and not s.truncated)
+        if inherited is None:
+            return StartScan(baseline_of(before), cheap, before.elapsed_s)
+        return StartScan({**inherited.baseline, **baseline_of(before)}, inherited.cheap | cheap, inherited.cost_s)
+
     def _forked_process_handler(self) -> Callable[[TrainingHooks, StepClock | None], None] | None:
         """How a process forked from this one is watched: as a rank streaming to this session."""
         if self.ranks is None or self._rank_agent is None:
             return None
         settings = RankSettings(  # each rank watches the devices it uses itself
             self.ranks.address, self.interval_s * 1000.0, shm_path=self.shm_path,
-            roots=self._roots, sources=tuple(self._sources),
+            roots=self._roots, sources=tuple(self._sources), inherited_scan=self.start_scan,
         )
         return functools.partial(self._rank_agent, settings)
 

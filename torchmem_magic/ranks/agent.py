@@ -191,6 +191,7 @@ class RankAgent:
             watch_ranks=False,
             keep_scanned_holders=True,
             rank_agent=adopt_forked,
+            inherited_scan=settings.inherited_scan,
         )
         session = self.session
         session.start()
