@@ -11,7 +11,8 @@ import pytest
 from torchmem_magic.forensics import WorkerExit
 from torchmem_magic.model import LiveStatus
 from torchmem_magic.ranks.feed import RankFeed
-from torchmem_magic.ranks.live import LiveRanks, RankLive, judge_rank, rank_numbers, worst_line, worst_live
+from torchmem_magic.ranks.feed import rank_numbers
+from torchmem_magic.ranks.live import LiveRanks, RankLive, judge_rank, worst_line, worst_live
 from torchmem_magic.render.live import LiveFigure
 from torchmem_magic.render.rank_curves import padded, rank_curves, steps_of_time
 from torchmem_magic.render.text import status_line

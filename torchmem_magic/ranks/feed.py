@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,23 @@ class RankFeed:
             "suspects": [s.to_dict() for s in self.suspects],
             "holder_series": self.holder_series,
         }
+
+
+def rank_numbers(feeds: Sequence[RankFeed]) -> dict[int, int]:
+    """pid -> rank number; a process that has not said its rank yet gets the next free number, in
+    order of arrival (as in the final report)."""
+    taken = {f.rank for f in feeds if f.rank is not None}
+    numbers: dict[int, int] = {}
+    free = 0
+    for feed in feeds:
+        if feed.rank is not None:
+            numbers[feed.pid] = feed.rank
+            continue
+        while free in taken:
+            free += 1
+        numbers[feed.pid] = free
+        taken.add(free)
+    return numbers
 
 
 def _alive(pid: int) -> bool:
@@ -172,20 +189,6 @@ class RankFeeds:
         with self._lock:
             return list(self.feeds.values())
 
-    def _numbers(self) -> dict[int, int]:
-        """pid -> rank number; processes that never said theirs get the next free numbers, in order of arrival."""
-        taken = {f.rank for f in self.feeds.values() if f.rank is not None}
-        numbers, free = {}, 0
-        for pid, feed in self.feeds.items():
-            if feed.rank is not None:
-                numbers[pid] = feed.rank
-                continue
-            while free in taken:
-                free += 1
-            numbers[pid] = free
-            taken.add(free)
-        return numbers
-
     def summaries(self, ended_by: BaseException | None = None) -> tuple[RankSummary, ...] | None:
         """Every rank's summary (None when no rank reported: a single-process run).
 
@@ -194,7 +197,7 @@ class RankFeeds:
         with self._lock:
             if not self.feeds:
                 return None
-            numbers = self._numbers()
+            numbers = rank_numbers(list(self.feeds.values()))
             out = []
             for pid, feed in self.feeds.items():
                 if feed.final is None and feed.exit is None:

@@ -17,7 +17,7 @@ from ..holders import holder_trend
 from ..model import Clock, RankSummary, VerdictName
 from ..report import LIVE_VERDICT_STEPS, diagnose
 from ..units import format_bytes, rate_unit
-from .feed import RankFeed
+from .feed import RankFeed, rank_numbers
 from .merge import SEVERITY, STOPPED_BY_LAUNCHER
 
 LIVE_RANK_PERIOD_S = 1.0
@@ -40,23 +40,6 @@ class RankLive:
     holder: str | None = None  # its fastest-growing holder, once one grows
     died: str | None = None  # how it stopped without finishing ("SIGKILL", "exit code 1", "stopped")
     last_seen_s: float = 0.0
-
-
-def rank_numbers(feeds: Sequence[RankFeed]) -> dict[int, int]:
-    """pid -> rank number; a process that has not said its rank yet gets the next free number, in
-    order of arrival (as in the final report)."""
-    taken = {f.rank for f in feeds if f.rank is not None}
-    numbers: dict[int, int] = {}
-    free = 0
-    for feed in feeds:
-        if feed.rank is not None:
-            numbers[feed.pid] = feed.rank
-            continue
-        while free in taken:
-            free += 1
-        numbers[feed.pid] = free
-        taken.add(free)
-    return numbers
 
 
 def _peak_bytes(feed: RankFeed) -> float:

@@ -17,7 +17,8 @@ import bqplot
 import ipywidgets
 import numpy as np
 
-from ..ranks.live import rank_numbers, worst_live
+from ..ranks.feed import rank_numbers
+from ..ranks.live import worst_live
 from ..timeline import DecimatingSeries
 from .controls import Controls
 from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
