@@ -1,4 +1,4 @@
-"""Each rank's verdict while the run goes, and which rank is the worst (pure: no I/O, no torch).
+"""Each rank's verdict while the run goes, and which rank is the worst (from the feeds alone: no I/O, no torch).
 
 A leak on one rank of many is worth seeing while the run can still be stopped, so the status line
 names the worst rank as it forms. A rank's live verdict is the detector the final report uses, over
