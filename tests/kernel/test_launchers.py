@@ -11,7 +11,7 @@ import pytest
 from conftest import SETUP
 from kernel_client import Kernel
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.usefixtures("nothing_left_behind")]
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_BYTES = 64 * 256 * 4  # what one kept output of the tiny models below holds, without its graph
@@ -108,27 +108,32 @@ def _check_rank_1_leaks(report: dict[str, Any], steps: int, holder: str | None) 
 
 
 @pytest.fixture(scope="module")
-def k(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
-    """A kernel with a temporary directory of its own, so what its runs leave there is theirs alone."""
-    kernel_tmp = tmp_path_factory.mktemp("kernel-tmp")
+def kernel_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kernel-tmp")
+
+
+@pytest.fixture(scope="module")
+def k(kernel_tmp: Path) -> Iterator[Kernel]:
+    """A kernel with a temporary directory of its own, so what its runs leave there is theirs alone
+    (other test runs on the machine make and remove their own sink directories meanwhile)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", str(kernel_tmp))
         kernel = Kernel()
     kernel.ok(SETUP + f"\nimport threading, torchmem_magic.hooks\nSTEPS = {STEPS}")
     assert Path(kernel.value("torchmem_magic.__file__")).parent == ROOT / "torchmem_magic"  # this tree's code
     assert kernel.value("__import__('tempfile').gettempdir()") == str(kernel_tmp)
-    kernel.tmp = kernel_tmp  # type: ignore[attr-defined]
     yield kernel
     kernel.shutdown()
 
 
 @pytest.fixture()
-def nothing_left_behind(k: Kernel) -> Iterator[None]:
-    before = _leftovers(k.tmp)  # type: ignore[attr-defined]
+def nothing_left_behind(k: Kernel, kernel_tmp: Path) -> Iterator[None]:
+    """No hook, sampler thread or sink directory outlives the watched cell."""
+    before = _leftovers(kernel_tmp)
     yield
     assert k.value("torchmem_magic.hooks.installed_hook_count()") == 0
     assert k.value("[t.name for t in threading.enumerate() if t.name.startswith('torchmem_magic')]") == []
-    assert _leftovers(k.tmp) == before  # type: ignore[attr-defined]
+    assert _leftovers(kernel_tmp) == before
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +150,6 @@ def accelerate(k: Kernel, tmp_path_factory: pytest.TempPathFactory) -> Kernel:
     return k
 
 
-@pytest.mark.usefixtures("nothing_left_behind")
 def test_lightning_ddp_notebook_names_the_rank_that_keeps_outputs_in_a_notebook_list(lightning: Kernel) -> None:
     report = _report(lightning, "make_trainer(STEPS).fit(Tiny('global'), batches(STEPS))")
     _check_rank_1_leaks(report, STEPS, holder="kept")
@@ -178,7 +182,6 @@ def _processes(k: Kernel) -> dict[int, list[str]]:
     return {int(pid): text.split() for pid, text in seen.items()}
 
 
-@pytest.mark.usefixtures("nothing_left_behind")
 def test_accelerate_notebook_launcher_forks_two_gloo_ranks_on_cpu(accelerate: Kernel) -> None:
     """Without a GPU, notebook_launcher still takes its multi-device path (it prints "Launching training on
     2 CUDAs."): torch's elastic agent runs in the kernel and forks the processes, and
@@ -190,7 +193,6 @@ def test_accelerate_notebook_launcher_forks_two_gloo_ranks_on_cpu(accelerate: Ke
     assert processes[leaking["pid"]][0] == "1" and accelerate.value("os.getpid()") not in processes
 
 
-@pytest.mark.usefixtures("nothing_left_behind")
 def test_accelerate_without_cpu_flag_trains_each_process_alone_still_two_ranks(accelerate: Kernel) -> None:
     """`Accelerator()` without `cpu=True` on a machine without a GPU does not set up a process group: each
     forked process trains on its own (process index 0 of 1). They are still told apart as ranks 0 and 1
@@ -205,7 +207,6 @@ def test_accelerate_without_cpu_flag_trains_each_process_alone_still_two_ranks(a
     assert all(r["verdict"] == "clean" and r["steps"] == STEPS for r in ranks), ranks  # index 1 never comes
 
 
-@pytest.mark.usefixtures("nothing_left_behind")
 def test_accelerate_debug_launcher_forks_two_gloo_ranks(accelerate: Kernel) -> None:
     """Accelerate's CPU-only launcher: torch.multiprocessing fork, gloo over a file store."""
     report = _report(accelerate, "debug_launcher(train_accelerate, args=(1, STEPS), num_processes=2)")
