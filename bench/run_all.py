@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import costs  # noqa: E402
 import holder_tracking  # noqa: E402
 import overhead  # noqa: E402
+import ranks  # noqa: E402
 import scan_speed  # noqa: E402
 import torch  # noqa: E402
 import verdicts  # noqa: E402
@@ -107,6 +108,80 @@ def render_holders() -> str:
     return "\n".join(lines)
 
 
+def _q(quartiles: tuple[float, float, float], fmt: str, scale: float = 1.0, shift: float = 0.0) -> str:
+    """A median with its quartiles: `1.23 (1.10 … 1.40)`."""
+    low, mid, high = ((v + shift) * scale for v in quartiles)
+    return f"{mid:{fmt}} ({low:{fmt}} … {high:{fmt}})"
+
+
+def render_ranks() -> str:
+    load_before = os.getloadavg()[0]
+    results = ranks.run()
+    cores = results["cores"]
+    lines = [
+        f"Machine: {cores} cores, Python {platform.python_version()}, torch {torch.__version__}; load average "
+        f"{load_before:.1f} before the runs and {os.getloadavg()[0]:.1f} after (other work on the machine shows "
+        f"there); produced by `make bench` on {datetime.date.today()}. A DDP loop (gloo on CPU, MLP 128-256-10, batch 32) forked with "
+        f"`torch.multiprocessing.start_processes`, bare and under `memwatch(quiet=True)` at the default interval, "
+        f"in rounds of bare–watched–bare launches; each rank times its own {ranks.TIMED_STEPS} steps after the "
+        f"first {ranks.DENSE_START_STEPS}. Step times: medians of each rank's median, with quartiles; *ratio*: "
+        "watched over bare, per round and rank; *own CPU*: the CPU time each watched rank's session used "
+        "(sampler thread, step samples, holder scans) as a share of its timed loop's wall time.",
+        "",
+        "| ranks | rank-runs | bare ms/step | watched ms/step | watched / bare | own CPU per rank |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in results["overhead"]:
+        share = "—" if row["own_cpu_share"] is None else _q(row["own_cpu_share"], ".2f", 100) + " %"
+        crowded = " (more processes than cores)" if row["world"] > cores else ""
+        lines.append(
+            f"| {row['world']}{crowded} | {row['rank_runs']} | {_q(row['bare_ms'], '.3f')} | "
+            f"{_q(row['watched_ms'], '.3f')} | {_q(row['ratio'], '.3f')} | {share} |"
+        )
+    lines += [
+        "",
+        f"With {cores} cores, 4 ranks oversubscribe the machine: every rank waits in each all-reduce for the "
+        "others to be scheduled, so its step time measures the machine's crowding as much as memwatch. The "
+        "own-CPU column is the figure that crowding does not blur.",
+        "",
+        "**Transport** (forked `RankSender`s sending as fast as a `RankSink` takes their messages; receive and "
+        "JSON decode included, as the watcher's sampler thread does them; *drained*: continuously, or once per "
+        "default interval as the watcher does):",
+        "",
+        "| senders | events per message | bytes per message | drained | messages/s | MB/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in results["throughput"]:
+        drained = f"every {row['poll_s'] * 1e3:.0f} ms" if row["poll_s"] else "continuously"
+        lines.append(
+            f"| {row['senders']} | {row['events']} | {row['bytes']:,} | {drained} | {row['messages_per_s']:,.0f} | "
+            f"{row['mb_per_s']:.1f} |"
+        )
+    codec = results["codec_us"]
+    stream = results["stream"]
+    queue = results["queue_length"]
+    lines += [
+        "",
+        "One message costs its rank " + ", ".join(f"{codec[e][0]:.0f} µs to encode" + f" ({e} events)" for e in codec)
+        + " and the watcher " + ", ".join(f"{codec[e][1]:.0f} µs to decode ({e} events)" for e in codec) + ".",
+    ]
+    if queue is not None:
+        lines.append(
+            f"Linux queues at most {queue + 1} datagrams on the watcher's socket (`net.unix.max_dgram_qlen` = {queue} "
+            "here; the socket's 4 MiB buffer does not raise it). A read goes on while senders refill the queue, so big "
+            "messages (slow to decode) drain almost as fast once per interval as continuously, while small ones come "
+            "about a queue's worth per read; whatever does not fit waits in the ranks' outboxes for their next send, a "
+            "quarter second later."
+        )
+    lines += [
+        "",
+        f"What a watched rank of the loop above streams at the default interval: {stream['bytes_per_s'] / 1024:.1f} KiB/s "
+        f"in {stream['messages_per_s']:.1f} messages/s ({stream['bytes_per_message']:,.0f} B each; its start, "
+        "dense first steps and final message included).",
+    ]
+    return "\n".join(lines)
+
+
 def replace_section(text: str, name: str, body: str) -> str:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
@@ -117,7 +192,7 @@ def replace_section(text: str, name: str, body: str) -> str:
 
 def main() -> None:
     """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
-    makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main}
+    makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks}
     wanted = sys.argv[1:] or list(makers)
     unknown = set(wanted) - set(makers)
     if unknown:

@@ -209,6 +209,117 @@ CLASSIC_LEAKS = [
 ]
 
 
+RANK_THAT_LEAKS = [
+    new_markdown_cell(
+        "# The rank that leaks\n\n"
+        "Data-parallel training runs one process per device: each *rank* trains on its own share of the "
+        "data and they average their gradients. When one rank keeps something it should not, only that "
+        "process grows — the others stay flat, the run as a whole looks fine for hours, and then one rank "
+        "is OOM-killed and takes the whole job down with it.\n\n"
+        "`%%memwatch` watches every process a cell forks that trains, from inside that process: its "
+        "steps, its heap, its GPU memory and the variables of its own training function. The report "
+        "then has one line per rank and names the worst one.\n\n"
+        "This notebook launches two ranks from the notebook itself (`torch.multiprocessing` with "
+        "`fork`, as Lightning's `ddp_notebook` and Accelerate's `notebook_launcher` do). It uses one GPU "
+        "per rank with NCCL where there are at least two GPUs, and CPU processes talking over gloo "
+        "everywhere else."
+    ),
+    new_code_cell(
+        "%load_ext torchmem_magic\n"
+        "import os, socket\n"
+        "import torch, torch.distributed as dist, torch.multiprocessing as mp\n"
+        "import torchmem_magic\n"
+        "\n"
+        "use_cuda = torch.cuda.device_count() >= 2  # NCCL needs a GPU of its own for each rank\n"
+        "backend = \"nccl\" if use_cuda else \"gloo\"\n"
+        "world = 2\n"
+        "\n"
+        "def free_port():\n"
+        "    with socket.socket() as s:\n"
+        "        s.bind((\"127.0.0.1\", 0))\n"
+        "        return s.getsockname()[1]\n"
+        "\n"
+        "def setup(rank, port):\n"
+        "    \"\"\"Join the process group; a small DDP model and its optimizer on this rank's device.\"\"\"\n"
+        "    os.environ[\"MASTER_ADDR\"], os.environ[\"MASTER_PORT\"] = \"127.0.0.1\", str(port)\n"
+        "    torch.set_num_threads(1)  # two ranks share this machine's cores\n"
+        "    device = torch.device(\"cuda\", rank) if use_cuda else torch.device(\"cpu\")\n"
+        "    if use_cuda:\n"
+        "        torch.cuda.set_device(rank)\n"
+        "    dist.init_process_group(backend, rank=rank, world_size=world)\n"
+        "    torch.manual_seed(rank)\n"
+        "    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256).to(device))\n"
+        "    return model, torch.optim.SGD(model.parameters(), lr=0.01), device\n"
+        "\n"
+        "backend"
+    ),
+    new_markdown_cell(
+        "## A per-rank list \"for debugging\"\n"
+        "Rank 1's loss looked odd, so its outputs are collected to inspect later. A classic mistake: "
+        "`out` still carries its autograd graph, so every kept output also keeps the graph's nodes — and, "
+        "on a GPU, its memory. Only rank 1 does it, and only rank 1 grows."
+    ),
+    new_code_cell(
+        "def train_leaky(rank, port, steps=200):\n"
+        "    model, optimizer, device = setup(rank, port)\n"
+        "    debug_outputs = []  # rank 1 collects its outputs to look at later\n"
+        "    for step in range(steps):\n"
+        "        out = model(torch.randn(64, 256, device=device))\n"
+        "        loss = out.pow(2).mean()\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        if rank == 1:\n"
+        "            debug_outputs.append(out)\n"
+        "    dist.destroy_process_group()"
+    ),
+    new_code_cell(
+        "%%memwatch\n"
+        "mp.start_processes(train_leaky, args=(free_port(),), nprocs=world, start_method=\"fork\")"
+    ),
+    new_markdown_cell(
+        "The report has a line per rank: rank 0 is clean, rank 1 leaks at a steady rate per step, and "
+        "the holder is named — `debug_outputs`, a local variable of the training function *inside rank 1's "
+        "process* — with the line that fixes it. The same is in the report object, for scripts:"
+    ),
+    new_code_cell(
+        "leaky = torchmem_magic.last_report()\n"
+        "for rank in leaky.ranks:\n"
+        "    holders = \", \".join(s.name for s in rank.suspects) or \"-\"\n"
+        "    print(f\"rank {rank.rank}: {rank.verdict:5}  holders: {holders}\")\n"
+        "print(\"worst rank:\", leaky.worst_rank)"
+    ),
+    new_markdown_cell(
+        "## The fix\n"
+        "Keep what you want to look at, without the graph. `out.detach()` drops the graph but still keeps a "
+        "64 KiB tensor a step (the list would still grow: a tensor cache, which the report names just the "
+        "same); for debugging a number is usually enough: `.item()`. Now every rank is flat."
+    ),
+    new_code_cell(
+        "def train_fixed(rank, port, steps=200):\n"
+        "    model, optimizer, device = setup(rank, port)\n"
+        "    debug_outputs = []\n"
+        "    for step in range(steps):\n"
+        "        out = model(torch.randn(64, 256, device=device))\n"
+        "        loss = out.pow(2).mean()\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        if rank == 1:\n"
+        "            debug_outputs.append(out.detach().abs().mean().item())  # a number: no graph, no tensor\n"
+        "    dist.destroy_process_group()"
+    ),
+    new_code_cell(
+        "%%memwatch\n"
+        "mp.start_processes(train_fixed, args=(free_port(),), nprocs=world, start_method=\"fork\")"
+    ),
+    new_code_cell(
+        "fixed = torchmem_magic.last_report()\n"
+        "print(\"verdicts:\", {rank.rank: rank.verdict for rank in fixed.ranks}, \"- worst rank:\", fixed.worst_rank)"
+    ),
+]
+
+
 def write(name: str, cells: list) -> None:
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -219,3 +330,4 @@ def write(name: str, cells: list) -> None:
 if __name__ == "__main__":
     write("01_memwatch_quickstart.ipynb", QUICKSTART)
     write("02_classic_leaks.ipynb", CLASSIC_LEAKS)
+    write("03_the_rank_that_leaks.ipynb", RANK_THAT_LEAKS)

@@ -60,3 +60,23 @@ def test_classic_leaks_notebook_names_each_holder_and_its_fix() -> None:
     assert "sys.last_traceback (traceback): 32.0 MiB retained" in text
     freed = [int(_text(c)) for c in nb.cells if c.cell_type == "code" and c.source.startswith("torchmem_magic.release")]
     assert len(freed) == 2 and all(f >= 30 << 20 for f in freed)  # each fix really gave back the 32 MiB
+
+
+def test_rank_that_leaks_notebook_names_rank_1_and_its_holder_then_all_ranks_clean() -> None:
+    nb = nbformat.read(NOTEBOOKS / "03_the_rank_that_leaks.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    leaky_run, fixed_run = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%memwatch")]
+    leaky = _text(leaky_run)
+    assert "verdict: leak (worst rank: 1)" in leaky, leaky
+    rank_1 = next(line for line in leaky.splitlines() if line.strip().startswith("1 "))
+    assert "leak (per-iteration)" in rank_1 and rank_1.rstrip().endswith("debug_outputs"), leaky
+    assert "→ rank 1: leak (per-iteration), heap +" in leaky and "debug_outputs grows +" in leaky, leaky
+    assert "→ rank 0: clean" in leaky, leaky
+    assert "rank 1: debug_outputs (autograd-graph)" in leaky, leaky
+    assert "fix: debug_outputs.append(out.detach())  # was: debug_outputs.append(out)" in leaky, leaky
+    summary = _text(nb.cells[nb.cells.index(leaky_run) + 2])
+    assert "rank 0: clean  holders: -" in summary and "rank 1: leak   holders: debug_outputs" in summary, summary
+    assert "worst rank: 1" in summary, summary
+    fixed = _text(fixed_run)
+    assert "→ ranks 0, 1: clean" in fixed and "verdict: clean" in fixed, fixed
+    assert "verdicts: {0: 'clean', 1: 'clean'}" in _text(nb.cells[-1])
