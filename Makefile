@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test,lab]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test,lab]" "$(TORCH_SPEC)"
 	touch $@
 
 lab: setup

@@ -275,3 +275,26 @@ def test_how_a_rank_ended_comes_from_its_exit_status_or_its_launchers_exception(
     assert RankFeeds._ending(silent, SimpleNamespace(error_pid=gone, signal_name="SIGBUS", exit_code=-7)) == (  # type: ignore[arg-type]
         "killed", "SIGBUS")
     assert RankFeeds._ending(RankFeed(os.getpid()), None) == ("running", None)
+
+
+def test_state_messages_wait_for_room_and_only_the_latest_of_each_kind_is_sent() -> None:
+    from torchmem_magic.ranks.agent import RankAgent
+    from torchmem_magic.ranks.settings import RankSettings
+
+    sink = RankSink()
+    agent = RankAgent(RankSettings(sink.address, 100.0))
+    filler = {"k": "events", "pid": 1, "events": []}
+    while agent.sender.send(filler):  # the watcher is busy: its socket's queue is full
+        pass
+    agent._offer({"k": "hello", "pid": 7, "rank": 1})
+    agent._offer({"k": "holders", "pid": 7, "series": {"outputs": [[1, 10]]}})
+    agent._offer({"k": "holders", "pid": 7, "series": {"outputs": [[1, 10], [2, 20]]}})
+    assert agent._send_offered() is False
+    assert all(m["k"] == "events" for m in sink.receive())  # the watcher catches up
+    assert agent._send_offered() is True
+    delivered = sink.receive()
+    assert [m["k"] for m in delivered] == ["hello", "holders"]
+    assert delivered[1]["series"] == {"outputs": [[1, 10], [2, 20]]}
+    assert agent._send_offered() is True and sink.receive() == []  # each delivered once
+    agent.sender.close()
+    sink.close()

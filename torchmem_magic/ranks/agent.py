@@ -18,6 +18,7 @@ import os
 import socket
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -172,6 +173,8 @@ class RankAgent:
         self._holder_scans_sent = -1
         self._finished = False
         self._devices_sent_s = -DEVICES_PERIOD_S
+        self._offered: dict[str, dict[str, Any]] = {}  # kind -> the latest message of that kind not yet sent
+        self._offered_lock = threading.Lock()  # offered on the training thread (hello), sent on the sampler's
         self._inherited_exceptions = (getattr(sys, "last_exc", None), getattr(sys, "last_value", None))
 
     def start(self, hooks: TrainingHooks | None = None) -> None:
@@ -196,12 +199,13 @@ class RankAgent:
         session = self.session
         session.start()
         limit = session.ram_limit
-        self.sender.send({
+        self._offer({
             "k": "hello", "pid": os.getpid(), "host": socket.gethostname(), **self._identity(),
             "started_wall_s": session.started_wall_s, "interval_s": session.interval_s,
             "ram_limit_bytes": limit.limit_bytes, "ram_limit_source": limit.source,
             "heap_available": session.heap_available,
         })
+        self._send_offered()
         atexit.register(self.finish)
         try:  # a multiprocessing child ends with os._exit(): atexit never runs there, its finalizers do
             from multiprocessing import util
@@ -215,23 +219,44 @@ class RankAgent:
         rank, local = rank_identity()
         return {"rank": rank, "local_rank": local}
 
+    def _offer(self, message: dict[str, Any]) -> None:
+        """A message that says a whole state (who the rank is, its devices, its holders): the latest of
+        each kind is kept until it is delivered, so a full watcher socket delays it, never loses it."""
+        with self._offered_lock:
+            self._offered.pop(message["k"], None)
+            self._offered[message["k"]] = message
+
+    def _send_offered(self, patiently: bool = False) -> bool:
+        """Send the offered messages in the order they were offered; False when one could not go out."""
+        with self._offered_lock:
+            pending = list(self._offered.values())
+        for message in pending:
+            sent = self.sender.send_patiently(message) if patiently else self.sender.send(message)
+            if not sent:
+                return False
+            with self._offered_lock:
+                if self._offered.get(message["k"]) is message:
+                    del self._offered[message["k"]]
+        return True
+
     # the session's listener: runs on the rank's sampler thread
     def on_tick(self, session: MemwatchSession) -> None:
-        self._flush(session)
         if session.elapsed_s - self._devices_sent_s >= DEVICES_PERIOD_S:
             self._devices_sent_s = session.elapsed_s
             uuids = session.device_uuids()
             if uuids:
-                self.sender.send({"k": "devices", "pid": os.getpid(), "cuda": uuids})
+                self._offer({"k": "devices", "pid": os.getpid(), "cuda": uuids})
         tracker_scans = session.holder_scans_so_far
         if tracker_scans != self._holder_scans_sent:
             self._holder_scans_sent = tracker_scans
             series, suspects = session.holders_so_far()
-            self.sender.send({
+            self._offer({
                 "k": "holders", "pid": os.getpid(),
                 "series": {name: [list(p) for p in points] for name, points in series.items()},
                 "suspects": [s.to_dict() for s in suspects],
             })
+        if self._send_offered():
+            self._flush(session)
 
     def on_finish(self, session: MemwatchSession, report: Report) -> None:
         pass  # `finish` sends the rest once the report (and so the evidence) exists
@@ -269,7 +294,7 @@ class RankAgent:
         try:
             session.stop(self._own_exception())
         finally:
-            delivered = True
+            delivered = self._send_offered(patiently=True)
             while len(self.outbox) and delivered:  # the last rows (at most 2 s when the watcher lags)
                 delivered = self.sender.send_patiently(self._events_message(session, self.outbox.take()))
             if session.evidence is not None and delivered:

@@ -85,7 +85,7 @@ def report_text(report: ReportData) -> str:
     if report.steps < 3 and report.clock != "time":
         lines.append(f"  growth per {rate_unit(report.clock)} needs at least 3 {plural_noun(report.clock)}")
     lines += ranks_text(report.ranks)
-    worst = f" (worst rank: {report.worst_rank})" if report.worst_rank is not None else ""
+    worst = f" (worst rank: {report.worst_rank})" if report.worst_rank is not None and report.verdict != "clean" else ""
     lines.append(f"  verdict: {report.verdict}{worst}")
     lines += [f"  → {advice}" for advice in report.advice]
     lines += suspects_text(report.suspects)
