@@ -117,6 +117,7 @@ def _q(quartiles: tuple[float, float, float], fmt: str, scale: float = 1.0, shif
 def render_ranks() -> str:
     load_before = os.getloadavg()[0]
     results = ranks.run()
+    long_run = results["long_run"]
     cores = results["cores"]
     lines = [
         f"Machine: {cores} cores, Python {platform.python_version()}, torch {torch.__version__}; load average "
@@ -143,6 +144,10 @@ def render_ranks() -> str:
         f"With {cores} cores, 4 ranks oversubscribe the machine: every rank waits in each all-reduce for the "
         "others to be scheduled, so its step time measures the machine's crowding as much as memwatch. The "
         "own-CPU column is the figure that crowding does not blur.",
+        "",
+        f"Over a longer run (2 ranks, {long_run['steps']:,} timed steps, {long_run['wall_s']:.0f} s) a rank's own CPU "
+        f"is {long_run['own_cpu_share'] * 100:.2f}%: the start's one-off costs (the holder scans' first allowance, the "
+        "dense first samples) weigh on a loop of a second, not on one of minutes.",
         "",
         "**Transport** (forked `RankSender`s sending as fast as a `RankSink` takes their messages; receive and "
         "JSON decode included, as the watcher's sampler thread does them; *drained*: continuously, or once per "
