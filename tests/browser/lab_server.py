@@ -111,3 +111,11 @@ def running_lab(base: Path) -> Iterator[Lab]:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (fixed ports collide when test runs overlap on one machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

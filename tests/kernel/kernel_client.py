@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -137,3 +138,11 @@ class Kernel:
     def shutdown(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (fixed ports collide when test runs overlap on one machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import SETUP
-from kernel_client import Kernel
+from kernel_client import Kernel, free_port
 
 pytestmark = [pytest.mark.kernel, pytest.mark.usefixtures("nothing_left_behind")]
 
@@ -186,7 +186,7 @@ def test_accelerate_notebook_launcher_forks_two_gloo_ranks_on_cpu(accelerate: Ke
     """Without a GPU, notebook_launcher still takes its multi-device path (it prints "Launching training on
     2 CUDAs."): torch's elastic agent runs in the kernel and forks the processes, and
     `Accelerator(cpu=True)` joins them with gloo."""
-    report = _report(accelerate, "notebook_launcher(train_accelerate, args=(1, STEPS), num_processes=2, use_port='29561')")
+    report = _report(accelerate, f"notebook_launcher(train_accelerate, args=(1, STEPS), num_processes=2, use_port='{free_port()}')")
     leaking = _check_rank_1_leaks(report, STEPS, holder="outputs")
     processes = _processes(accelerate)
     assert sorted(processes.values()) == [["0", "2", "MULTI_CPU", "gloo"], ["1", "2", "MULTI_CPU", "gloo"]], processes
@@ -198,7 +198,7 @@ def test_accelerate_without_cpu_flag_trains_each_process_alone_still_two_ranks(a
     forked process trains on its own (process index 0 of 1). They are still told apart as ranks 0 and 1
     by the launcher's RANK."""
     report = _report(
-        accelerate, "notebook_launcher(train_accelerate, args=(1, STEPS, False), num_processes=2, use_port='29562')"
+        accelerate, f"notebook_launcher(train_accelerate, args=(1, STEPS, False), num_processes=2, use_port='{free_port()}')"
     )
     processes = _processes(accelerate)
     assert sorted(processes.values()) == [["0", "1", "NO", "None"]] * 2, processes
