@@ -3,9 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kernel_client import Kernel
-
-SETUP = "import torch\ntorch.set_num_threads(1)\n%load_ext torchmem_magic\nimport torchmem_magic"
+from kernel_client import SETUP, Kernel
 
 
 @pytest.fixture(scope="module")

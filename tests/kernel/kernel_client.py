@@ -14,6 +14,10 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 
+#: what every test kernel runs first
+SETUP = "import torch\ntorch.set_num_threads(1)\n%load_ext torchmem_magic\nimport torchmem_magic"
+
+
 @dataclass
 class Execution:
     """Everything one execute_request produced, iopub messages in arrival order."""

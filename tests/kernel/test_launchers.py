@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SETUP
-from kernel_client import Kernel, free_port
+from kernel_client import SETUP, Kernel, free_port
 
 pytestmark = [pytest.mark.kernel, pytest.mark.usefixtures("nothing_left_behind")]
 
