@@ -14,10 +14,11 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
+from IPython.display import SVG, display
 
 from .check import check_roots
 from .notebook import notebook_roots, recent_sources
+from .render.static import figure_svg
 from .ranks.agent import adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
@@ -38,6 +39,13 @@ def widgets_available(shell: Any) -> bool:
         )
         return False
     return True
+
+
+def shell_has_kernel() -> bool:
+    """True in a Jupyter kernel (a front end that keeps rich outputs), False in terminal IPython."""
+    from IPython import get_ipython
+
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def _current_cell_number(shell: Any) -> int:
@@ -152,23 +160,36 @@ class MemwatchMagics(Magics):
     @staticmethod
     def _show(report: Any, args: Any, plot: bool) -> None:
         """Render the report; a rendering failure never hides the cell's own result or exception."""
-        if args.quiet:
+        if args.quiet or args.return_report:  # -o: the Out value is the one display
             return
         try:
             if plot:
                 display(report)
+            elif shell_has_kernel():  # --no-plot in a notebook: the text, and the figure a saved notebook keeps
+                print(report)
+                figure = figure_svg(report)
+                if figure:
+                    display(SVG(figure))
             else:
                 print(report)
         except Exception as exc:
             print(f"torchmem_magic: could not render the report ({type(exc).__name__}: {exc})", file=sys.stderr)
 
+    @magic_arguments()
+    @argument("-o", dest="return_result", action="store_true", help="return the MemcheckResult (r = _)")
+    @argument("expr", nargs="*", metavar="EXPR",
+              help="what to check: a name, attribute or subscript (default: the whole user namespace)")
     @line_magic
     def memcheck(self, line: str) -> Any:
         """%memcheck [-o] [EXPR]: the tensors EXPR reaches, the autograd graphs they keep alive,
         what deleting it would free, and the fix. Without EXPR: every user variable plus IPython's
         output cache and last traceback, as a list of holders.
         """
-        return_result, expr = _parse_memcheck_line(line)
+        parsed = _parse_memcheck_line(line)
+        if parsed is None:
+            print(_help_text(MemwatchMagics.memcheck))
+            return None
+        return_result, expr = parsed
         shell: Any = self.shell
         if expr:
             try:
@@ -196,13 +217,29 @@ class MemwatchMagics(Magics):
         return None
 
 
-def _parse_memcheck_line(line: str) -> tuple[bool, str]:
-    """Flags first (`-o`), then the expression verbatim: shlex would strip its quotes."""
+HELP_FLAGS = ("-h", "--help")
+
+
+def _help_text(magic: Any) -> str:
+    """A magic's help as `%magic?` shows it (magic_arguments puts the usage in the docstring)."""
+    import inspect
+
+    return inspect.cleandoc(magic.__doc__ or "")
+
+
+def _parse_memcheck_line(line: str) -> tuple[bool, str] | None:
+    """Flags first (checked by the magic's argparse), then the expression verbatim: argparse would
+    split `x[0, 1]` and strip quotes. None: help was asked for (`-h`)."""
     rest = line.strip()
-    return_result = False
-    while rest.startswith("-"):
+    flags: list[str] = []
+    while rest.startswith("-") and not rest[1:2].isdigit():
         flag, _, tail = rest.partition(" ")
-        if flag != "-o":
-            raise UsageError(f"%memcheck: unknown option {flag} (usage: %memcheck [-o] [EXPR])")
-        return_result, rest = True, tail.strip()
-    return return_result, rest
+        flags.append(flag)
+        rest = tail.strip()
+    if any(flag in HELP_FLAGS for flag in flags):
+        return None
+    try:
+        args = parse_argstring(MemwatchMagics.memcheck, " ".join(flags))
+    except UsageError as exc:
+        raise UsageError(f"%memcheck: {exc} (usage: %memcheck [-o] [EXPR]; see %memcheck?)") from None
+    return bool(args.return_result), rest
