@@ -258,7 +258,8 @@ def sparkline_lines(report: ReportData, width: int = 32) -> list[str]:
     for curve in panel.curves:
         if curve.label in names:
             _, ys = bucket_max(curve.x, curve.y_bytes, width)
-            lines.append(f"{names[curve.label]:<5} {sparkline(ys)}  {format_bytes(ys[0])} → {format_bytes(ys[-1])}"
+            first, last = curve.y_bytes[0], curve.y_bytes[-1]
+            lines.append(f"{names[curve.label]:<5} {sparkline(ys)}  {format_bytes(first)} → {format_bytes(last)}"
                          f" (peak {format_bytes(max(ys))})")
     return lines
 
