@@ -53,7 +53,7 @@ def test_the_figure_is_valid_svg_with_the_curves_epochs_and_verdict() -> None:
     titles = [p.findtext(f"{SVG}title") for p in root.iter(f"{SVG}polyline")]
     assert titles == ["RAM (process tree)", "heap in use"]
     epochs = [line for line in root.iter(f"{SVG}line") if line.get("class") == "epoch"]
-    assert len(epochs) == 3  # the training loader's passes, not the validation loader's
+    assert len({line.get("x1") for line in epochs}) == 3  # the training loader's passes, not the validation loader's
     verdict = next(t for t in root.iter(f"{SVG}text") if t.get("class") == "verdict")
     assert verdict.text is not None and verdict.text.startswith("verdict: leak")
     assert "optimizer step" in svg and "<script" not in svg
@@ -72,6 +72,15 @@ def test_decimation_keeps_the_peaks() -> None:
     xs, ys = bucket_max(x, y, 100)
     assert len(xs) == 100 and max(ys) == 99.0 and xs[0] == 0.0
     assert bucket_max([0.0, 1.0, math.nan], [1.0, math.nan, 3.0]) == ((0.0,), (1.0,))
+
+
+def test_each_curve_has_its_own_scale_so_a_small_leak_shows() -> None:
+    from torchmem_magic.render.static import Curve, y_range
+
+    low, high = y_range([Curve("heap", "#000", (0.0, 1.0), (100.0 * MIB, 104.0 * MIB))])
+    assert 90 * MIB < low < 100 * MIB and 104 * MIB < high < 110 * MIB  # the 4 MiB rise fills the strip
+    flat_low, flat_high = y_range([Curve("ram", "#000", (0.0, 1.0), (300.0 * MIB, 300.0 * MIB + 10))])
+    assert flat_high - flat_low >= 4 * MIB  # noise is not blown up to the strip's height
 
 
 def test_nice_ticks() -> None:

@@ -22,9 +22,11 @@ from .text import report_html, sparkline, verdict_rate
 MAX_POINTS = 240  # per curve: about one point per 2 px of plot width
 MAX_RANK_LINES = 8
 WIDTH_PX = 640
-PANEL_HEIGHT_PX = 190
-RANK_PANEL_HEIGHT_PX = 140
-LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 52, 12, 40, 30
+STRIP_HEIGHT_PX = 72  # one strip per curve of the process tree
+RANK_PANEL_HEIGHT_PX = 130
+LEFT_PX, RIGHT_PX = 52, 12
+LEGEND_ROW_PX, X_AXIS_PX = 18, 30
+MIN_SPAN_BYTES = 4 << 20  # a flat curve is drawn flat, not as its noise blown up to the strip's height
 MIB, GIB = float(1 << 20), float(1 << 30)
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
 VERDICT_COLOURS = {"leak": "#b00", "suspect": "#b60", "clean": "#070"}
@@ -174,35 +176,48 @@ def _tick_text(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:.3g}"
 
 
-def _panel_svg(panel: Panel, top_px: float, height_px: float) -> list[str]:
-    """One panel's axes, epoch lines, curves and legend, as SVG elements."""
+def y_range(curves: Sequence[Curve]) -> tuple[float, float]:
+    """(low, high) bytes of a panel: the readings' own span, not from zero, so that a leak of a few
+    MiB on a heap of a hundred shows as a slope; a flat curve stays flat (its noise is not blown up)."""
+    values = [y for c in curves for y in c.y_bytes]
+    low, high = min(values), max(values)
+    span = max(high - low, MIN_SPAN_BYTES)
+    bottom = max(0.0, low - (span - (high - low)) / 2 - 0.1 * span)
+    return bottom, max(bottom + 1.2 * span, high + 0.1 * span)
+
+
+def _unit(peak_bytes: float) -> tuple[float, str]:
+    return (GIB, "GiB") if peak_bytes >= 10 * GIB else (MIB, "MiB")
+
+
+def _panel_svg(panel: Panel, x_range: tuple[float, float], top_px: float, height_px: float, x_axis: bool) -> list[str]:
+    """One panel's axes, epoch lines, curves and legend row (above `top_px`), as SVG elements."""
     esc = html.escape
     left, right = LEFT_PX, WIDTH_PX - RIGHT_PX
     bottom = top_px + height_px
-    xs = [x for c in panel.curves for x in c.x] + list(panel.epochs_x)
-    x_low, x_high = min(xs), max(xs)
-    if x_high <= x_low:
-        x_high = x_low + 1.0
-    peak = max(y for c in panel.curves for y in c.y_bytes)
-    unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
-    y_high = max(peak / unit * 1.08, 1e-9)
+    x_low, x_high = x_range
+    y_low_bytes, y_high_bytes = y_range(panel.curves)
+    unit, unit_name = _unit(y_high_bytes)
+    y_low, y_high = y_low_bytes / unit, y_high_bytes / unit
 
     def px(x: float) -> float:
         return left + (x - x_low) / (x_high - x_low) * (right - left)
 
     def py(y_bytes: float) -> float:
-        return bottom - (y_bytes / unit) / y_high * height_px
+        return bottom - (y_bytes / unit - y_low) / (y_high - y_low) * height_px
 
     out = [f"<rect x='{left}' y='{top_px:.0f}' width='{right - left}' height='{height_px:.0f}' fill='#fff' stroke='#bbb'/>"]
-    for tick in nice_ticks(0.0, y_high):
-        y = bottom - tick / y_high * height_px
+    for tick in nice_ticks(y_low, y_high, 4 if height_px < 120 else 5):
+        y = bottom - (tick - y_low) / (y_high - y_low) * height_px
         out.append(f"<line x1='{left}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' stroke='#eee'/>")
         out.append(f"<text x='{left - 4}' y='{y + 3:.1f}' text-anchor='end'>{_tick_text(tick)}</text>")
-    for tick in nice_ticks(x_low, x_high):
-        out.append(f"<text x='{px(tick):.1f}' y='{bottom + 13:.1f}' text-anchor='middle'>{_tick_text(tick)}</text>")
-    out.append(f"<text x='{(left + right) / 2:.0f}' y='{bottom + 26:.1f}' text-anchor='middle' fill='#555'>{esc(panel.x_label)}</text>")
-    out.append(f"<text x='12' y='{top_px + height_px / 2:.0f}' text-anchor='middle' fill='#555' "
-               f"transform='rotate(-90 12 {top_px + height_px / 2:.0f})'>{unit_name}</text>")
+    out.append(f"<text x='10' y='{top_px + height_px / 2:.0f}' text-anchor='middle' fill='#555' "
+               f"transform='rotate(-90 10 {top_px + height_px / 2:.0f})'>{unit_name}</text>")
+    if x_axis:
+        for tick in nice_ticks(x_low, x_high):
+            out.append(f"<text x='{px(tick):.1f}' y='{bottom + 13:.1f}' text-anchor='middle'>{_tick_text(tick)}</text>")
+        out.append(f"<text x='{(left + right) / 2:.0f}' y='{bottom + 26:.1f}' text-anchor='middle' fill='#555'>"
+                   f"{esc(panel.x_label)}</text>")
     for x in panel.epochs_x:
         out.append(f"<line class='epoch' x1='{px(x):.1f}' x2='{px(x):.1f}' y1='{top_px:.0f}' y2='{bottom:.0f}' "
                    "stroke='#999' stroke-dasharray='4 3'/>")
@@ -212,35 +227,53 @@ def _panel_svg(panel: Panel, top_px: float, height_px: float) -> list[str]:
             points += f" {px(curve.x[0]) + 1:.1f},{py(curve.y_bytes[0]):.1f}"
         out.append(f"<polyline fill='none' stroke='{curve.colour}' stroke-width='1.5' points='{points}'>"
                    f"<title>{esc(curve.label)}</title></polyline>")
-    x = left + 6.0
+    x = left + 2.0
     if panel.title:
-        out.append(f"<text x='{x:.0f}' y='{top_px - 6:.0f}' font-weight='bold'>{esc(panel.title)}</text>")
-        x += 7 * len(panel.title) + 12
+        out.append(f"<text x='{x:.0f}' y='{top_px - 5:.0f}' font-weight='bold'>{esc(panel.title)}</text>")
+        x += 6.5 * len(panel.title) + 12
     for curve in panel.curves:
-        out.append(f"<rect x='{x:.0f}' y='{top_px - 14:.0f}' width='10' height='10' fill='{curve.colour}'/>")
-        out.append(f"<text x='{x + 14:.0f}' y='{top_px - 5:.0f}'>{esc(curve.label)}</text>")
-        x += 14 + 6.2 * len(curve.label) + 12
+        out.append(f"<rect x='{x:.0f}' y='{top_px - 13:.0f}' width='9' height='9' fill='{curve.colour}'/>")
+        label = curve.label
+        if len(panel.curves) == 1:  # a strip of its own: say where it went
+            label += f": {format_bytes(curve.y_bytes[0])} → {format_bytes(curve.y_bytes[-1])}"
+        out.append(f"<text x='{x + 13:.0f}' y='{top_px - 5:.0f}'>{esc(label)}</text>")
+        x += 13 + 6.0 * len(label) + 12
     return out
+
+
+def _x_range(panel: Panel) -> tuple[float, float]:
+    xs = [x for c in panel.curves for x in c.x] + list(panel.epochs_x)
+    low, high = min(xs), max(xs)
+    return (low, high) if high > low else (low, low + 1.0)
+
+
+def strips(panel: Panel) -> list[Panel]:
+    """The main panel as one strip per curve, each on its own scale (RAM in hundreds of MiB would
+    flatten a heap leak of a few MiB drawn on the same axis)."""
+    return [Panel("", panel.x_label, (curve,), panel.epochs_x) for curve in panel.curves]
 
 
 def figure_svg(report: ReportData) -> str:
     """The static figure as an `<svg>` element ('' when there is nothing to draw)."""
-    panels = [(p, PANEL_HEIGHT_PX) for p in (main_panel(report),) if p is not None]
-    ranks = ranks_panel(report)
+    main, ranks = main_panel(report), ranks_panel(report)
+    layout: list[tuple[Panel, tuple[float, float], float, bool]] = []
+    if main is not None:
+        parts = strips(main)
+        layout += [(p, _x_range(main), STRIP_HEIGHT_PX, i == len(parts) - 1) for i, p in enumerate(parts)]
     if ranks is not None:
-        panels.append((ranks, RANK_PANEL_HEIGHT_PX))
-    if not panels:
+        layout.append((ranks, _x_range(ranks), RANK_PANEL_HEIGHT_PX, True))
+    if not layout:
         return ""
     colour = VERDICT_COLOURS.get(report.verdict, "#666")
     body = [f"<text class='verdict' x='{LEFT_PX}' y='14' font-weight='bold' fill='{colour}'>{html.escape(verdict_line(report))}</text>"]
-    top = TOP_PX
-    for panel, height in panels:
-        body += _panel_svg(panel, top, height)
-        top += height + BOTTOM_PX + TOP_PX - 10
-    height_px = top - TOP_PX + 10
+    top = 20.0
+    for panel, x_range, height, x_axis in layout:
+        top += LEGEND_ROW_PX
+        body += _panel_svg(panel, x_range, top, height, x_axis)
+        top += height + (X_AXIS_PX if x_axis else 0)
     return (
-        f"<svg class='torchmem-figure' xmlns='http://www.w3.org/2000/svg' width='{WIDTH_PX}' height='{height_px:.0f}' "
-        f"viewBox='0 0 {WIDTH_PX} {height_px:.0f}' font-family='sans-serif' font-size='10' role='img'>"
+        f"<svg class='torchmem-figure' xmlns='http://www.w3.org/2000/svg' width='{WIDTH_PX}' height='{top:.0f}' "
+        f"viewBox='0 0 {WIDTH_PX} {top:.0f}' font-family='sans-serif' font-size='10' role='img'>"
         f"<title>{html.escape(verdict_line(report))}</title>" + "".join(body) + "</svg>"
     )
 
