@@ -110,6 +110,7 @@ def test_the_html_repr_holds_the_figure_above_the_table() -> None:
 def test_sparklines() -> None:
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
     assert sparkline([5, 5, 5]) == "▁▁▁" and sparkline([]) == ""
+    assert sparkline([0, 1, 0, 1], min_span=7) == "▁▂▁▂"  # noise stays low
     lines = sparkline_lines(_report(200))
     assert [line.split()[0] for line in lines] == ["RAM", "heap"]
     assert lines[1].split()[1].startswith("▁") and lines[1].split()[1].endswith("█")

@@ -292,7 +292,7 @@ def sparkline_lines(report: ReportData, width: int = 32) -> list[str]:
         if curve.label in names:
             _, ys = bucket_max(curve.x, curve.y_bytes, width)
             first, last = curve.y_bytes[0], curve.y_bytes[-1]
-            lines.append(f"{names[curve.label]:<5} {sparkline(ys)}  {format_bytes(first)} → {format_bytes(last)}"
+            lines.append(f"{names[curve.label]:<5} {sparkline(ys, MIN_SPAN_BYTES)}  {format_bytes(first)} → {format_bytes(last)}"
                          f" (peak {format_bytes(max(ys))})")
     return lines
 

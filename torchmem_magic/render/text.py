@@ -375,13 +375,14 @@ def memcheck_html(result: MemcheckData) -> str:
 SPARK_BARS = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: tuple[float, ...] | list[float]) -> str:
-    """'▁▂▃▅▇█': one bar per value, scaled from the lowest to the highest (flat: all '▁')."""
+def sparkline(values: tuple[float, ...] | list[float], min_span: float = 0.0) -> str:
+    """'▁▂▃▅▇█': one bar per value, scaled from the lowest to the highest, over at least `min_span`
+    (so a curve's noise is not drawn as a climb; flat: all '▁')."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return ""
     low, high = min(finite), max(finite)
-    span = high - low
+    span = max(high - low, min_span)
     top = len(SPARK_BARS) - 1
     return "".join(
         " " if not math.isfinite(v) else SPARK_BARS[0 if span <= 0 else min(top, int((v - low) / span * top + 0.5))]
