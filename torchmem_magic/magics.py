@@ -155,12 +155,14 @@ class MemwatchMagics(Magics):
             return session.stop(exc)
         finally:
             if session.report is not None:
-                self._show(session.report, args, plot)
+                raising = sys.exc_info()[1]  # stop() itself raising: the cell has no value to show
+                returned = args.return_report and all(e is None or isinstance(e, StopTraining) for e in (exc, raising))
+                self._show(session.report, args, plot, returned)
 
     @staticmethod
-    def _show(report: Any, args: Any, plot: bool) -> None:
+    def _show(report: Any, args: Any, plot: bool, returned: bool) -> None:
         """Render the report; a rendering failure never hides the cell's own result or exception."""
-        if args.quiet or args.return_report:  # -o: the Out value is the one display
+        if args.quiet or returned:  # -o: the Out value is the one display (a cell that raised has none)
             return
         try:
             if plot:
@@ -241,5 +243,6 @@ def _parse_memcheck_line(line: str) -> tuple[bool, str] | None:
     try:
         args = parse_argstring(MemwatchMagics.memcheck, " ".join(flags))
     except UsageError as exc:
-        raise UsageError(f"%memcheck: {exc} (usage: %memcheck [-o] [EXPR]; see %memcheck?)") from None
+        problem = str(exc).replace("unrecognized arguments:", "unknown option")
+        raise UsageError(f"%memcheck: {problem} (usage: %memcheck [-o] [EXPR]; see %memcheck?)") from None
     return bool(args.return_result), rest

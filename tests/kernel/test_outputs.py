@@ -83,5 +83,11 @@ def test_memcheck_bad_flag_is_a_one_line_usage_error(kernel: Kernel) -> None:
     execution = kernel.execute("%memcheck --bogus x")
     assert execution.status == "error"
     assert execution.stderr.strip().count("\n") == 0, execution.stderr
-    assert "UsageError: %memcheck: unrecognized arguments: --bogus" in execution.stderr
+    assert "UsageError: %memcheck: unknown option --bogus (usage: %memcheck [-o] [EXPR]; see %memcheck?)" in execution.stderr
     assert "Traceback" not in execution.stderr
+
+
+def test_dash_o_on_a_cell_that_raises_still_shows_the_report(kernel: Kernel) -> None:
+    execution = kernel.execute("%%memwatch -o --interval 20\nx = 1\nraise ValueError('boom')")
+    assert execution.status == "error" and not execution.results()
+    assert any("memwatch: failed" in m["content"]["data"].get("text/plain", "") for m in execution.of_type("display_data"))
