@@ -65,7 +65,7 @@ CELL = """\
 %%memwatch --interval 20
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(60):
-    loss = model(torch.randn(8, 64)).sum(); opt.zero_grad(); loss.backward(); opt.step(); kept.append(model(torch.randn(8, 64)))
+    loss = model(torch.randn(8, 64)).sum(); opt.zero_grad(); loss.backward(); opt.step(); kept.append(model(torch.randn(256, 64)))
 len(kept)
 """
 
