@@ -19,6 +19,7 @@ from IPython.display import SVG, display
 from .check import check_roots
 from .notebook import notebook_roots, recent_sources
 from .render.static import figure_svg
+from .results import report_long_text
 from .ranks.agent import adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
@@ -172,8 +173,8 @@ class MemwatchMagics(Magics):
                 figure = figure_svg(report)
                 if figure:
                     display(SVG(figure))
-            else:
-                print(report)
+            else:  # terminal IPython: the curves as sparklines
+                print(report_long_text(report))
         except Exception as exc:
             print(f"torchmem_magic: could not render the report ({type(exc).__name__}: {exc})", file=sys.stderr)
 

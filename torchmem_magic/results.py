@@ -46,13 +46,14 @@ class Report(ReportData):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured; `print()` shows the table."""
 
     def __str__(self) -> str:
-        return report_long_text(self)
+        """The text report, the same before saving and after loading (which has no curves)."""
+        return report_text(self)
 
     def __repr__(self) -> str:
         return report_oneline(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        """IPython's terminal display: the long text, not the one-line repr."""
+        """IPython's terminal display: the text report with a sparkline of each curve."""
         printer.text(report_long_text(self))
 
     def _repr_html_(self) -> str:

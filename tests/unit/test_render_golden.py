@@ -239,6 +239,6 @@ def test_repr_is_one_line_and_ipython_pretty_prints_the_text_form(build: Callabl
     from IPython.lib.pretty import pretty
 
     result = build()
-    assert pretty(result) == str(result)
+    assert pretty(result) == str(result)  # no timeline: no sparklines
     assert "\n" in str(result)
     assert "\n" not in repr(result) and repr(result).startswith(f"<{type(result).__name__}: ")

@@ -115,8 +115,11 @@ def test_sparklines() -> None:
     assert [line.split()[0] for line in lines] == ["RAM", "heap"]
     assert lines[1].split()[1].startswith("▁") and lines[1].split()[1].endswith("█")
     assert "100.0 MiB → " in lines[1] and "\n" not in "".join(lines)
-    text = str(_report(200))
+    from IPython.lib.pretty import pretty
+
+    text = pretty(_report(200))
     assert text.splitlines()[1].strip().startswith("RAM") and "heap  " in text
+    assert "▁" not in str(_report(200))  # print(): the same text before saving and after loading
 
 
 def test_one_line_reprs() -> None:
