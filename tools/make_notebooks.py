@@ -549,7 +549,8 @@ GPU_MEMORY = [
         "asking the driver is slow. So there are two numbers:\n\n"
         "- **allocated** (`torch.cuda.memory_allocated()`): bytes in live tensors — what your code holds;\n"
         "- **reserved** (`torch.cuda.memory_reserved()`): allocated plus the cached free blocks — what "
-        "`nvidia-smi` shows for the process, and what other processes cannot use.\n\n"
+        "`nvidia-smi` shows for the process (plus the CUDA context's few hundred MiB), and what other "
+        "processes cannot use.\n\n"
         "A leak grows *allocated*. Reserved growing while allocated stays flat is the cache (or "
         "fragmentation), not a leak — the most common false alarm. `%%memwatch` draws both curves and "
         "tells them apart.\n\n"
@@ -618,8 +619,8 @@ GPU_MEMORY = [
     new_markdown_cell(
         "Here the two allocators differ. glibc returns every free *page*, even between the tiny tensors "
         "still alive: RSS drops by almost all of the 190 MiB. The CUDA caching allocator can only release "
-        "a whole *segment* (a `cudaMalloc`'d block of 2 MiB or more) with nothing alive in it, and every "
-        "segment here still holds a few of the tiny `stats` tensors: on a GPU `empty_cache()` gives back "
+        "a whole *segment* (a `cudaMalloc`'d block of 2 MiB or more) with nothing alive in it, and nearly "
+        "every segment here still holds one of the tiny `stats` tensors: on a GPU `empty_cache()` gives back "
         "little, and reserved stays high until `stats` goes too. That is **fragmentation**: memory that is "
         "free but cannot be used for a bigger tensor or given back because small live blocks are "
         "scattered through it."
@@ -641,7 +642,8 @@ GPU_MEMORY = [
         "def evaluate_long_batch(n_chunks=3000):\n"
         "    with torch.no_grad():\n"
         "        features = [torch.ones(64, 256, device=device) for _ in range(n_chunks)]  # 64 KiB each\n"
-        "        return [f.mean() for f in features]  # the features go; the small statistics stay"
+        "        return torch.stack([f.mean() for f in features])  # the features go; 12 KiB of statistics stay"
+
     ),
     new_code_cell(
         "%%memwatch\n"
@@ -662,8 +664,10 @@ GPU_MEMORY = [
         "reserved**) stays up. The verdict is **clean**: what decides is what live objects hold, and that "
         "did not grow. On a GPU the report adds that reserved memory growing while allocated is flat is the "
         "caching allocator, with `torch.cuda.empty_cache()` and `expandable_segments` as the remedies; on "
-        "the CPU it may add that RSS grew while the heap was flat (freed memory the allocator keeps) and "
-        "that `malloc_trim` returns it."
+        "the CPU it adds that *RSS grows while the heap in use is flat: not memory your objects hold, but "
+        "freed memory the allocator keeps (fragmentation)…*, and that `malloc_trim(0)` (the **return heap to "
+        "OS** button) gives it back."
+
     ),
     new_code_cell(
         "run = torchmem_magic.last_report().to_dict()\n"
@@ -686,8 +690,9 @@ GPU_MEMORY = [
         "notebook's first cell *before* anything touches the GPU (then restart the kernel):\n\n"
         "- **`expandable_segments:True`** — segments grow in place (virtual memory mapped as needed) instead "
         "of being fixed-size `cudaMalloc` blocks. Tensors of varying sizes (variable sequence lengths, "
-        "growing batch sizes) then leave far fewer unusable holes, and `empty_cache()` can release the "
-        "free tail of a segment. The first thing to try when reserved keeps creeping or an OOM message "
+        "growing batch sizes) then leave far fewer unusable holes, and `empty_cache()` can unmap a "
+        "segment's free pages. The first thing to try when reserved keeps creeping or an OOM message "
+
         "says *reserved but unallocated* is large.\n"
         "- **`max_split_size_mb:N`** — blocks larger than N MiB are never split to serve smaller "
         "requests, so big blocks stay available for big tensors. An older remedy for the same OOM; "
