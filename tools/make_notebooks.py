@@ -632,14 +632,15 @@ GPU_MEMORY = [
     ),
     new_markdown_cell(
         "## 2. What `%%memwatch` makes of it\n"
-        "A training loop that, at step 80, evaluates one long batch in chunks and keeps a small statistic "
-        "of each chunk — the same pattern, inside a run. Is it a leak?"
+        "A training loop whose evaluation batches get longer as it goes, as with variable-length sequences: "
+        "every 40 steps it evaluates a batch longer than any before, in 64 KiB chunks, and keeps a small "
+        "tensor of statistics — the same pattern, inside a run. Is it a leak?"
     ),
     new_code_cell(
         "model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "\n"
-        "def evaluate_long_batch(n_chunks=3000):\n"
+        "def evaluate_long_batch(n_chunks):\n"
         "    with torch.no_grad():\n"
         "        features = [torch.ones(64, 256, device=device) for _ in range(n_chunks)]  # 64 KiB each\n"
         "        return torch.stack([f.mean() for f in features])  # the features go; 12 KiB of statistics stay"
@@ -647,22 +648,23 @@ GPU_MEMORY = [
     ),
     new_code_cell(
         "%%memwatch\n"
-        "for step in range(240):\n"
+        "for step in range(400):\n"
         "    x, y = torch.randn(64, 256, device=device), torch.randint(0, 10, (64,), device=device)\n"
         "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
         "    optimizer.zero_grad()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n"
-        "    if step == 80:\n"
-        "        chunk_means = evaluate_long_batch()"
+        "    if step % 40 == 39:  # a batch longer than any before: 19 MiB more each time\n"
+        "        chunk_means = evaluate_long_batch(n_chunks=300 * (step // 40 + 1))"
     ),
     new_markdown_cell(
-        "At step 80 both curves jump (the heap's peak shows only if a sample fell inside the evaluation). "
-        "**heap in use** (on a GPU: **CUDA allocated**) falls straight back: "
+        "**heap in use** (on a GPU: **CUDA allocated**) jumps at each evaluation (where a sample falls "
+        "inside one) and falls straight back: the features are freed when `evaluate_long_batch` returns. "
+        "**RAM** (on a GPU: **CUDA reserved**) climbs a step with each new longest batch and never comes "
+        "down: the allocator needed room for the biggest batch so far, and keeps it. The verdict is "
+        "**clean**: what decides is what live objects hold, and that did not grow. On a GPU the report adds "
+        "that reserved memory growing while allocated is flat is the "
 
-        "the features were freed when `evaluate_long_batch` returned. **RAM** (on a GPU: **CUDA "
-        "reserved**) stays up. The verdict is **clean**: what decides is what live objects hold, and that "
-        "did not grow. On a GPU the report adds that reserved memory growing while allocated is flat is the "
         "caching allocator, with `torch.cuda.empty_cache()` and `expandable_segments` as the remedies; on "
         "the CPU it adds that *RSS grows while the heap in use is flat: not memory your objects hold, but "
         "freed memory the allocator keeps (fragmentation)…*, and that `malloc_trim(0)` (the **return heap to "
@@ -682,6 +684,14 @@ GPU_MEMORY = [
         "        r = run[name]\n"
         "        print(f\"{label:12} start {mib(r['start'])}, peak {mib(r['peak'])}, end {mib(r['end'])}\")"
 
+    ),
+    new_markdown_cell(
+        "Not a leak — but memory the process holds that nothing uses. When another process needs it (or "
+        "before handing the GPU over), give it back, and RAM (on a GPU: reserved) comes down to what is in use:"
+    ),
+    new_code_cell(
+        "given_back = torchmem_magic.collect_garbage() if cuda else torchmem_magic.return_heap_to_os()\n"
+        "print(given_back)"
     ),
     new_markdown_cell(
         "## 3. Fragmentation: `expandable_segments` and `max_split_size_mb`\n"

@@ -155,6 +155,9 @@ def test_gpu_memory_notebook_on_cpu_shows_freed_not_given_back_then_returned_and
                  for line in summary.splitlines()[1:3])
     assert float(heap["end"].split()[0]) - float(heap["start"].split()[0]) < 20, summary  # allocated/heap back down
     assert float(ram["end"].split()[0]) - float(ram["start"].split()[0]) > 100, summary  # reserved/RSS stays up
+    given_back = _text(_code(nb, "given_back = ")[0])
+    rss = re.search(r"return heap to OS: RSS ([\d.]+) MiB → ([\d.]+) MiB", given_back)
+    assert rss is not None and float(rss.group(1)) - float(rss.group(2)) > 100, given_back  # the run's RSS came back
     assert "PYTORCH_CUDA_ALLOC_CONF =" in _text(_code(nb, "print('PYTORCH_CUDA_ALLOC_CONF")[0])
 
 
