@@ -34,11 +34,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         return (yield)
     if marker.args:
         raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword options only, got {marker.args!r}")
-    from .gate import LeakGate
+    from .gate import LeakError, LeakGate
 
     # the test module's globals; its source is where the holder's fix line is found. The report is
     # printed, so a failing test's captured output shows it whole.
     function = getattr(item, "obj", None)
     namespace: dict[str, Any] = getattr(function, "__globals__", {})
-    with LeakGate(namespace, code=getattr(function, "__code__", None), **marker.kwargs):
-        return (yield)
+    try:
+        with LeakGate(namespace, code=getattr(function, "__code__", None), **marker.kwargs):
+            return (yield)
+    except LeakError as error:
+        message = f"{type(error).__name__}: {error}"
+    pytest.fail(message, pytrace=False)  # the message says it all: no traceback through this plugin
