@@ -21,6 +21,7 @@ from .units import count_noun, format_bytes, rate_unit
 
 #: verdicts a gate may fail on; "clean" never fails
 FAILING_VERDICTS: tuple[VerdictName, ...] = ("leak", "suspect", "unknown")
+SESSION_OPTIONS = frozenset({"interval_ms", "device", "quiet", "shm_path", "scan"})  # memwatch()'s
 
 
 def top_holder(report: Report) -> Suspect | None:
@@ -38,8 +39,8 @@ def leak_message(report: Report) -> str:
     lines = [f"memwatch verdict: {report.verdict} over {steps}{why}"]
     holder = top_holder(report)
     if holder is None:
-        lines.append("top holder: none of the scanned names (the test's and its helpers' locals, the module's "
-                     "globals) holds it; print the exception's .report for the curves")
+        lines.append("top holder: none named (the leak finder looks at the locals of the functions running the "
+                     "steps and at the module's globals); the exception's .report has the curves")
         return "\n".join(lines)
     growth = ""
     if holder.growth_per_step is not None:
@@ -90,6 +91,10 @@ class LeakGate:
         **options: Any,
     ) -> None:
         self.fail_on = _failing(fail_on)
+        unknown = sorted(set(options) - SESSION_OPTIONS)
+        if unknown:  # said here, where the gate is written, not when the block starts
+            raise TypeError(f"unknown option {', '.join(unknown)}; the options are {', '.join(sorted(SESSION_OPTIONS))}"
+                            " and fail_on")
         self._namespace, self._frame, self._code, self._options = namespace, frame, code, options
         self.session: MemwatchSession | None = None
 
@@ -130,6 +135,7 @@ def assert_no_leak(
     or a holder seen growing. "suspect" (graphs new in the block that too few scans could judge) and
     "unknown" (too few steps for any verdict) say the run could not tell, and a gate that fails on
     what it cannot tell makes flaky CI; pass `fail_on=("leak", "suspect")` to be stricter.
+    Like any memwatch session, it cannot run inside another one (RuntimeError).
     """
     caller = sys._getframe(1)
     return LeakGate(

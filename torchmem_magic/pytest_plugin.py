@@ -33,7 +33,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     if marker is None:
         return (yield)
     if marker.args:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword options only, got {marker.args!r}")
+        pytest.fail(f"@pytest.mark.{MARKER} takes keyword options only (interval_ms=..., fail_on=...), got "
+                    f"{marker.args!r}", pytrace=False)
     from .gate import LeakError, LeakGate
 
     # the test module's globals; its source is where the holder's fix line is found. The report is

@@ -12,7 +12,7 @@ from gate_loops import STEPS, make_model, metric, train_keeping_graphs, train_st
 
 import torchmem_magic
 from torchmem_magic import LeakError, assert_no_leak, memwatch
-from torchmem_magic.gate import leak_message
+from torchmem_magic.gate import LeakGate, leak_message
 from torchmem_magic.hooks import installed_hook_count
 from torchmem_magic.sampler import THREAD_NAME
 from torchmem_magic.session import active_session
@@ -112,6 +112,11 @@ def test_fail_on_takes_only_verdicts_that_mean_trouble(fail_on: tuple[str, ...])
         assert_no_leak(fail_on=fail_on)
 
 
+def test_an_unknown_option_is_refused_where_the_gate_is_written() -> None:
+    with pytest.raises(TypeError, match="unknown option intervall_ms; the options are device, interval_ms"):
+        LeakGate({}, intervall_ms=20)
+
+
 def test_fail_on_suspect_fails_a_suspect_run_that_passes_by_default() -> None:
     # a handful of steps: too few for the curves, and the graphs new in the block make it "suspect"
     model, optimizer = make_model()
@@ -133,7 +138,7 @@ def test_fail_on_suspect_fails_a_suspect_run_that_passes_by_default() -> None:
 def test_the_message_without_a_named_holder_says_where_it_looked(leak_error: LeakError) -> None:
     report = dataclasses.replace(leak_error.report, suspects=())
     message = leak_message(report)
-    assert message.splitlines()[1].startswith("top holder: none of the scanned names")
+    assert message.splitlines()[1].startswith("top holder: none named (the leak finder looks at the locals")
     assert "fix:" not in message
 
 

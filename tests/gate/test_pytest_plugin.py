@@ -58,6 +58,16 @@ def test_its_own_failure_wins():
         train_step(model, optimizer)
         val_losses.append(metric(model))
     raise ValueError("the test's own failure")
+
+
+@pytest.mark.no_leak(intervall_ms=20)
+def test_misspelt_option():
+    pass
+
+
+@pytest.mark.no_leak(20)
+def test_positional_option():
+    pass
 '''
 
 PLAIN_TESTS = '''
@@ -91,7 +101,8 @@ def _pytest(folder: Path, *args: str, site: Path | None = None) -> dict[str, str
 def test_a_marked_leaking_test_fails_with_its_holder_and_a_clean_one_passes(tmp_path: Path) -> None:
     (tmp_path / "test_training.py").write_text(TRAINING_TESTS)
     outcomes = _pytest(tmp_path, "-p", PLUGIN)
-    assert set(outcomes) == {"test_leaky", "test_clean", "test_leaky_but_not_marked", "test_its_own_failure_wins"}
+    assert set(outcomes) == {"test_leaky", "test_clean", "test_leaky_but_not_marked", "test_its_own_failure_wins",
+                             "test_misspelt_option", "test_positional_option"}
     message = outcomes["test_leaky"]
     assert message is not None and "LeakError: memwatch verdict: leak over 200 steps — " in message, message
     assert "top holder: val_losses " in message
@@ -100,6 +111,8 @@ def test_a_marked_leaking_test_fails_with_its_holder_and_a_clean_one_passes(tmp_
     assert outcomes["test_clean"] is None
     assert outcomes["test_leaky_but_not_marked"] is None  # the marker, not the plugin, turns the gate on
     assert outcomes["test_its_own_failure_wins"] == "ValueError: the test's own failure"
+    assert "TypeError: unknown option intervall_ms" in (outcomes["test_misspelt_option"] or "")
+    assert "no_leak takes keyword options only" in (outcomes["test_positional_option"] or "")
 
 
 def test_the_plugin_loaded_but_unused_costs_nothing(tmp_path: Path) -> None:
