@@ -8,12 +8,13 @@ rides along on `.report`.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 from collections.abc import Collection
 from types import CodeType, FrameType, TracebackType
 from typing import Any
 
-from .api import watch_from
+from .api import memwatch, watch_from
 from .model import Suspect, VerdictName
 from .results import Report
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession
@@ -21,7 +22,7 @@ from .units import count_noun, format_bytes, rate_unit
 
 #: verdicts a gate may fail on; "clean" never fails
 FAILING_VERDICTS: tuple[VerdictName, ...] = ("leak", "suspect", "unknown")
-SESSION_OPTIONS = frozenset({"interval_ms", "device", "quiet", "shm_path", "scan"})  # memwatch()'s
+SESSION_OPTIONS = frozenset(inspect.signature(memwatch).parameters)
 
 
 def top_holder(report: Report) -> Suspect | None:
@@ -53,6 +54,8 @@ def leak_message(report: Report) -> str:
 
 class LeakError(AssertionError):
     """The verdict of a gated block was one it fails on; `.report` is that block's Report."""
+
+    __module__ = "torchmem_magic"  # tracebacks and CI logs name it where users import it from
 
     def __init__(self, report: Report) -> None:
         super().__init__(leak_message(report))

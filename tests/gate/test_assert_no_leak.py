@@ -144,5 +144,5 @@ def test_the_message_without_a_named_holder_says_where_it_looked(leak_error: Lea
 
 def test_a_leak_error_survives_pickling_with_its_report(leak_error: LeakError) -> None:
     copy = pickle.loads(pickle.dumps(leak_error))
-    assert isinstance(copy, LeakError)
+    assert isinstance(copy, LeakError) and f"{LeakError.__module__}.{LeakError.__name__}" == "torchmem_magic.LeakError"
     assert str(copy) == str(leak_error) and copy.report.verdict == "leak"
