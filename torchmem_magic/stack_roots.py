@@ -47,10 +47,12 @@ class StackSources:
         self._seen: set[object] = set()
 
     def add_code(self, code: CodeType) -> None:
-        if code in self._seen or len(self._seen) >= MAX_SOURCES:
+        function = bool(code.co_flags & _CO_OPTIMIZED)
+        key = code if function else code.co_filename  # a module's top level is its whole file
+        if key in self._seen or len(self._seen) >= MAX_SOURCES:
             return
-        self._seen.add(code)
-        text = _function_source(code) if code.co_flags & _CO_OPTIMIZED else _file_source(code.co_filename)
+        self._seen.add(key)
+        text = _function_source(code) if function else _file_source(code.co_filename)
         if text is not None:
             self.sources.append(text)
 
