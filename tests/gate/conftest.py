@@ -1,5 +1,5 @@
 """One torch thread while the gate's loops run: on a busy 2-core machine a second one makes each
-small step ~7x slower (threads waiting for each other), and the restored setting is the suite's."""
+small step ~7x slower (threads waiting for each other). Set for each module here, restored after it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True, scope="module")
 def _one_torch_thread() -> Iterator[None]:
     import torch
 
