@@ -8,18 +8,37 @@ functions are learned at the scans during the run, not once at the start.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 import sys
+import sysconfig
 import textwrap
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from .ranks.agent import is_user_code
 from .scan.results import Root
 
 MAX_SOURCES = 16  # functions and files read for fix lines in one run (each once)
 _CO_OPTIMIZED = 0x0001  # a function's frame, not a module's top level
+
+
+@functools.lru_cache(maxsize=1)
+def _library_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    found.add(os.path.dirname(os.path.abspath(__file__)))  # this package
+    return tuple(sorted(os.path.join(os.path.realpath(p), "") for p in found))
+
+
+def is_user_code(filename: str) -> bool:
+    """A notebook cell or a script of the user's; not the standard library, an installed package or ours."""
+    if filename.startswith("<frozen"):
+        return False
+    if filename.startswith("<"):
+        return True  # <ipython-input-...>, <string>: typed by the user
+    return not os.path.realpath(filename).startswith(_library_prefixes())
 
 
 def _function_source(code: CodeType) -> str | None:
