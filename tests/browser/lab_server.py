@@ -43,12 +43,6 @@ def require_browser() -> None:
         pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Lab:
     url: str
@@ -79,7 +73,7 @@ def running_lab(base: Path) -> Iterator[Lab]:
         JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
         JUPYTERLAB_SETTINGS_DIR=str(settings),
     )
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = (base / "lab.log").open("w")
     server = subprocess.Popen(
         [
