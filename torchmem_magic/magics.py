@@ -14,11 +14,11 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import SVG, display
+from IPython.display import HTML, display
 
 from .check import check_roots
 from .notebook import notebook_roots, recent_sources
-from .render.static import figure_svg
+from .render.static import figure_img_html
 from .results import report_long_text
 from .ranks.agent import adopt_forked
 from .scan.results import Root
@@ -131,7 +131,7 @@ class MemwatchMagics(Magics):
             raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
         if figure is not None:
             figure.attach(session)
-            display(figure.widget)
+            display(figure.widget_bundle(), raw=True)
         try:
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
@@ -170,9 +170,9 @@ class MemwatchMagics(Magics):
                 display(report)
             elif shell_has_kernel():  # --no-plot in a notebook: the text, and the figure a saved notebook keeps
                 print(report)
-                figure = figure_svg(report)
+                figure = figure_img_html(report)
                 if figure:
-                    display(SVG(figure))
+                    display(HTML(figure))
             else:  # terminal IPython: the curves as sparklines
                 print(report_long_text(report))
         except Exception as exc:

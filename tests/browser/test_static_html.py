@@ -9,9 +9,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from lab_server import CHROMIUM, CHROMIUM_ARGS, require_browser
+from lab_server import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Lab, require_browser
+
+from torchmem_magic.render.static import embedded_figure
 
 pytestmark = pytest.mark.browser
 
@@ -34,7 +37,12 @@ for epoch in range(3):
         opt.zero_grad(); loss.backward(); opt.step()
         val_outputs.append(model(x))  # kept with its graph: the leak"""
 
-FIGURE = re.compile(r"<svg class=[\"']torchmem-figure[\"']")  # nbconvert rewrites the quotes
+FIGURE = re.compile(r"<img\b[^>]*torchmem-figure")  # nbconvert rewrites quotes and attribute order
+IMAGE_SHOWN_JS = """(selector) => {
+  const img = document.querySelector(selector);
+  return img && img.complete && img.naturalWidth > 500 && img.naturalHeight > 150
+    ? [img.naturalWidth, img.naturalHeight] : null;
+}"""
 
 
 def _executed_notebook(path: Path) -> None:
@@ -75,14 +83,13 @@ def test_the_static_figure_survives_saving_and_nbconvert(tmp_path: Path) -> None
         context.route(lambda url: not url.startswith("file://"), lambda route: route.abort())  # offline
         view = context.new_page()
         view.goto(page.as_uri())
-        figure = view.locator("svg.torchmem-figure")
+        figure = view.locator("img.torchmem-figure")
         figure.wait_for(state="visible", timeout=30_000)
-        box = figure.bounding_box()
-        assert box is not None and box["width"] > 500 and box["height"] > 150
-        assert figure.locator("polyline").count() >= 2  # RAM and heap at least
-        epochs = figure.locator("line.epoch")
-        assert len({epochs.nth(i).get_attribute("x1") for i in range(epochs.count())}) == 3
-        assert "verdict: leak" in (figure.locator("text.verdict").text_content() or "")
+        assert view.wait_for_function(IMAGE_SHOWN_JS, arg="img.torchmem-figure", timeout=30_000).json_value()
+        svg = embedded_figure(page.read_text(encoding="utf-8"))
+        assert svg.count("<polyline") >= 2  # RAM and heap at least
+        assert len(set(re.findall(r"<line class='epoch' x1='([0-9.]+)'", svg))) == 3
+        assert "verdict: leak" in svg
         figure.scroll_into_view_if_needed()
         shot = tmp_path / "static_figure_nbconvert.png"
         view.screenshot(path=str(shot), full_page=True)
@@ -92,3 +99,20 @@ def test_the_static_figure_survives_saving_and_nbconvert(tmp_path: Path) -> None
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / shot.name)
         shutil.copy(page, Path(keep) / page.name)
+
+
+def test_a_saved_notebook_opened_untrusted_in_jupyterlab_shows_the_figure(tmp_path: Path, lab: Lab, page: Any) -> None:
+    """A notebook opened from disk is untrusted: JupyterLab sanitizes its HTML outputs (inline SVG is
+    reduced to its text) and refuses SVG outputs; the figure must still show, as an image."""
+    notebook = lab.root / "saved_untrusted.ipynb"
+    _executed_notebook(notebook)
+    page.goto(f"{lab.url}/lab/tree/{notebook.name}?token={lab.token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    size = page.wait_for_function(IMAGE_SHOWN_JS, arg=".jp-OutputArea img.torchmem-figure", timeout=60_000).json_value()
+    assert size[0] > 500, size
+    output = page.locator(".jp-OutputArea", has=page.locator("img.torchmem-figure"))
+    text = output.inner_text()
+    assert "verdict: leak" not in text.split("memwatch:")[0]  # no SVG text spilled as HTML text
+    assert "memwatch live figure (shown while a kernel runs it" in text and "VBox(" not in text
+    page.locator(".jp-OutputArea img.torchmem-figure").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "static_figure_untrusted_lab.png"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from kernel_client import Execution, Kernel
 
+from torchmem_magic.render.static import embedded_figure
+
 pytestmark = pytest.mark.kernel
 
 LOOP = """\
@@ -39,7 +41,7 @@ def test_dash_o_shows_the_report_once_as_the_out_value(kernel: Kernel) -> None:
     assert sum(text.count("memwatch: ok") for text in _texts(execution)) == 2  # the Out value's plain + HTML forms
     (out,) = execution.results()
     assert "memwatch: ok" in out["text/plain"] and "\n" in out["text/plain"]  # pretty display: the long text
-    assert "<svg class='torchmem-figure'" in out["text/html"]
+    assert "<polyline" in embedded_figure(out["text/html"])
     one_line = kernel.value("repr(_)")
     assert one_line.startswith("<Report: ") and one_line.endswith(">") and "\n" not in one_line
     assert "60 steps" in one_line
@@ -48,7 +50,7 @@ def test_dash_o_shows_the_report_once_as_the_out_value(kernel: Kernel) -> None:
 def test_the_static_figure_is_in_the_outputs_next_to_the_widget(kernel: Kernel) -> None:
     execution = kernel.ok(f"%%memwatch --interval 20\n{LOOP}")
     html = [m["content"]["data"].get("text/html", "") for m in execution.of_type("display_data")]
-    figures = [h for h in html if "<svg class='torchmem-figure'" in h]
+    figures = [embedded_figure(h) for h in html if embedded_figure(h)]
     assert len(figures) == 1 and "verdict:" in figures[0] and "<polyline" in figures[0]
     assert any("application/vnd.jupyter.widget-view+json" in m["content"]["data"] for m in execution.of_type("display_data"))
 
@@ -56,8 +58,9 @@ def test_the_static_figure_is_in_the_outputs_next_to_the_widget(kernel: Kernel) 
 def test_no_plot_in_a_notebook_prints_the_text_and_keeps_the_figure(kernel: Kernel) -> None:
     execution = kernel.ok(f"%%memwatch --no-plot --interval 20\n{LOOP}")
     assert "memwatch: ok" in execution.stdout
-    svgs = [m["content"]["data"] for m in execution.of_type("display_data") if "image/svg+xml" in m["content"]["data"]]
-    assert len(svgs) == 1 and "<polyline" in svgs[0]["image/svg+xml"]
+    figures = [embedded_figure(m["content"]["data"].get("text/html", "")) for m in execution.of_type("display_data")]
+    figures = [f for f in figures if f]
+    assert len(figures) == 1 and "<polyline" in figures[0]
     quiet = kernel.ok(f"%%memwatch -q --interval 20\n{LOOP}")
     assert not quiet.of_type("display_data") and "memwatch" not in quiet.stdout
 

@@ -13,7 +13,7 @@ from test_render_golden import full_memcheck, full_report, minimal_report
 from test_saved import _rank
 
 from torchmem_magic.model import STEP_CLOCKS
-from torchmem_magic.render.static import MAX_POINTS, bucket_max, figure_svg, nice_ticks, sparkline_lines
+from torchmem_magic.render.static import MAX_POINTS, bucket_max, embedded_figure, figure_svg, nice_ticks, sparkline_lines
 from torchmem_magic.render.text import report_html, sparkline
 from torchmem_magic.results import Report
 from torchmem_magic.timeline import Timeline
@@ -102,9 +102,12 @@ def test_no_timeline_no_figure() -> None:
     assert sparkline_lines(report) == []
 
 
-def test_the_html_repr_holds_the_figure_above_the_table() -> None:
-    html = _report(200)._repr_html_()
-    assert html.index("<svg class='torchmem-figure'") < html.index("<table>")
+def test_the_html_repr_holds_the_figure_above_the_table_as_an_image() -> None:
+    report = _report(200)
+    html = report._repr_html_()
+    assert html.index("<img class='torchmem-figure'") < html.index("<table>")
+    assert "<svg" not in html  # inline SVG would be stripped to its text in an untrusted notebook
+    assert embedded_figure(html) == figure_svg(report) and "alt='verdict: leak" in html
 
 
 def test_sparklines() -> None:
@@ -138,8 +141,7 @@ def test_save_html_is_offline_with_the_figure_and_refuses_other_suffixes(tmp_pat
     report = _report(200)
     report.save(tmp_path / "run.html")
     page = (tmp_path / "run.html").read_text(encoding="utf-8")
-    assert "<svg class='torchmem-figure'" in page and "<script" not in page and "http://" not in page.replace(
-        "http://www.w3.org/2000/svg", ""
-    ) and "https://" not in page
+    assert "<polyline" in embedded_figure(page)
+    assert "<script" not in page and "http://" not in page and "https://" not in page
     with pytest.raises(ValueError, match=r"'\.png'.*\.json or \.html"):
         report.save(tmp_path / "run.png")

@@ -167,6 +167,13 @@ class LiveFigure:
             layout=ipywidgets.Layout(width="100%", height="300px"),
         )
 
+    def widget_bundle(self) -> dict[str, Any]:
+        """The widget's display data, its text form saying what a saved notebook shows instead of the
+        live figure (a widget's state is not saved: without a kernel, viewers show the text form)."""
+        bundle: dict[str, Any] = self.widget._repr_mimebundle_()
+        bundle["text/plain"] = "memwatch live figure (shown while a kernel runs it; the static figure below is what stays)"
+        return bundle
+
     def attach(self, session: MemwatchSession) -> None:
         """Called on the main thread before the session starts: the buttons can reach it."""
         self._session = session

@@ -9,8 +9,10 @@ widgets, so it is unit-tested on synthetic timelines.
 
 from __future__ import annotations
 
+import base64
 import html
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -300,9 +302,38 @@ def sparkline_lines(report: ReportData, width: int = 32) -> list[str]:
 # ----------------------------------------------------------------------------- HTML
 
 
+def figure_img_html(report: ReportData) -> str:
+    """The static figure as an `<img>` of the SVG ('' when there is nothing to draw).
+
+    An image, not inline `<svg>`: a notebook opened from disk is untrusted, and JupyterLab's
+    sanitizer then strips inline SVG down to its text (a jumble of labels) and refuses an
+    `image/svg+xml` output, while it shows an `<img>` with a data URL; an SVG loaded as an image runs
+    nothing, which is why it is allowed."""
+    svg = figure_svg(report)
+    if not svg:
+        return ""
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return (f"<img class='torchmem-figure' alt='{html.escape(verdict_line(report), quote=True)}' "
+            f"src='data:image/svg+xml;base64,{data}'>")
+
+
+_IMAGE_TAG = re.compile(r"<img\b[^>]*>")
+_SVG_DATA = re.compile(r"data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)")
+
+
+def embedded_figure(page: str) -> str:
+    """The SVG of the figure an HTML report embeds ('' when it has none): read back from a saved page
+    or notebook output (converters may reorder the tag's attributes)."""
+    for tag in _IMAGE_TAG.findall(page):
+        data = _SVG_DATA.search(tag)
+        if "torchmem-figure" in tag and data:
+            return base64.b64decode(data.group(1)).decode("utf-8")
+    return ""
+
+
 def report_figure_html(report: ReportData) -> str:
     """The HTML report under its static figure: what a saved notebook and a saved page show."""
-    figure = figure_svg(report)
+    figure = figure_img_html(report)
     table = report_html(report)
     return f"<div class='torchmem-static'>{figure}{table}</div>" if figure else table
 
