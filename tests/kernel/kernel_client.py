@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,19 +47,45 @@ class Execution:
         return [m["content"]["data"] for m in self.of_type("execute_result")]
 
 
+REPO = Path(__file__).resolve().parents[2]
+# ipykernel 6 (no subshells), layered over the project's venv: `make test` installs it there with
+# `pip install --target` (ipykernel 6 and nest_asyncio only; everything else is the venv's own)
+IPYKERNEL6 = REPO / ".venv-ipykernel6"
+FLAVOURS = ("ipykernel7", "ipykernel6")
+
+
+def kernel_env(flavour: str) -> dict[str, str]:
+    """The environment a kernel of this flavour starts with."""
+    env = dict(os.environ)
+    if flavour == "ipykernel6":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IPYKERNEL6), env.get("PYTHONPATH", "")) if p)
+    elif flavour != "ipykernel7":
+        raise ValueError(flavour)
+    return env
+
+
 class Kernel:
-    def __init__(self) -> None:
+    def __init__(self, flavour: str = "ipykernel7") -> None:
+        self.flavour = flavour
         self.km = KernelManager(kernel_name="python3")
         # this interpreter (the project's venv), whatever kernelspecs the machine has
         self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        self.km.start_kernel(extra_arguments=[])
+        self.km.start_kernel(extra_arguments=[], env=kernel_env(flavour))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        self.ipykernel_version: str = self.value("__import__('ipykernel').__version__", store_history=False)
 
-    def execute(self, code: str, timeout_s: float = 120.0, interrupt_after_s: float | None = None) -> Execution:
+    @property
+    def has_subshells(self) -> bool:
+        """ipykernel 7+: comm messages can run while a cell is busy."""
+        return int(self.ipykernel_version.split(".")[0]) >= 7
+
+    def execute(
+        self, code: str, timeout_s: float = 120.0, interrupt_after_s: float | None = None, store_history: bool = True
+    ) -> Execution:
         """Run `code`; collect iopub until the kernel is idle again; note when the reply arrived."""
-        msg_id = self.kc.execute(code, store_history=True)
+        msg_id = self.kc.execute(code, store_history=store_history)
         deadline = time.monotonic() + timeout_s
         interrupt_at = None if interrupt_after_s is None else time.monotonic() + interrupt_after_s
         execution = Execution(reply={})
@@ -94,9 +122,9 @@ class Kernel:
             pytest.fail(f"cell failed: {error.get('ename')}: {error.get('evalue')}\n" + "\n".join(error.get("traceback", [])))
         return execution
 
-    def value(self, expr: str) -> Any:
+    def value(self, expr: str, store_history: bool = True) -> Any:
         """Evaluate `expr` in the kernel and return it through JSON."""
-        execution = self.ok(f"import json as _j; print(_j.dumps({expr}))")
+        execution = self.ok(f"import json as _j; print(_j.dumps({expr}))", store_history=store_history)
         return json.loads(execution.stdout.strip().splitlines()[-1])
 
     def send_comm(self, comm_id: str, data: dict[str, Any], subshell_id: str | None = None) -> str:
