@@ -10,9 +10,9 @@ BIN := $(VENV)/bin
 # The CPU wheel this project is developed with; a plain `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
-# ipykernel 6 (no kernel subshells) for the kernel tests' matrix: only ipykernel 6 and nest_asyncio, installed
-# with --target into a folder that the tests put first on the kernel's PYTHONPATH, so it shadows the venv's
-# ipykernel 7 while everything else (torch, IPython, widgets, this package) is the venv's own. ~2 s, ~1 MB.
+# ipykernel 6 (no kernel subshells) for the kernel tests' matrix: a second venv with the same torch wheel, this
+# checkout (editable) and ipykernel<7, as a user of ipykernel 6 has it (one environment: layering ipykernel 6
+# over this venv through PYTHONPATH made its frames look like user code to the ranks' holder scans)
 IPYKERNEL6 ?= .venv-ipykernel6
 IPYKERNEL6_SPEC ?= ipykernel>=6.29,<7
 IPYKERNEL6_STAMP := $(IPYKERNEL6)/.installed
@@ -31,13 +31,13 @@ $(STAMP): pyproject.toml
 
 ipykernel6: $(IPYKERNEL6_STAMP)
 
-# its other requirements must be met by the venv's packages: the import check fails here, not in a kernel test
-$(IPYKERNEL6_STAMP): $(STAMP)
+$(IPYKERNEL6_STAMP): pyproject.toml
 	rm -rf $(IPYKERNEL6)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --target $(IPYKERNEL6) \
-		"$(IPYKERNEL6_SPEC)" "nest_asyncio>=1.4"
-	PYTHONPATH=$(IPYKERNEL6) $(BIN)/python -c "import ipykernel, ipykernel.kernelapp; \
-		assert ipykernel.__version__.startswith('6.'), ipykernel.__version__; print('ipykernel', ipykernel.__version__)"
+	$(PYTHON) -m venv $(IPYKERNEL6)
+	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check -e . "$(TORCH_SPEC)" "$(IPYKERNEL6_SPEC)"
+	$(IPYKERNEL6)/bin/python -c "import ipykernel; assert ipykernel.__version__.startswith('6.'), ipykernel.__version__; \
+		print('ipykernel', ipykernel.__version__)"
 	touch $@
 
 lab: setup

@@ -28,7 +28,7 @@ def kernel_flavour() -> str:
 
 
 def start_kernel(flavour: str) -> Kernel:
-    if flavour == "ipykernel6" and not (IPYKERNEL6 / "ipykernel").is_dir():
+    if flavour == "ipykernel6" and not (IPYKERNEL6 / ".installed").is_file():
         message = f"no ipykernel 6 in {IPYKERNEL6} (`make test` installs it)"
         if os.environ.get("TORCHMEM_REQUIRE_IPYKERNEL6") or os.environ.get("CI"):
             pytest.fail(message)  # make test and CI install it: a skip there would hide a broken setup

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 
@@ -48,29 +49,36 @@ class Execution:
 
 
 REPO = Path(__file__).resolve().parents[2]
-# ipykernel 6 (no subshells), layered over the project's venv: `make test` installs it there with
-# `pip install --target` (ipykernel 6 and nest_asyncio only; everything else is the venv's own)
+# ipykernel 6 (no subshells) in a venv of its own beside the project's: `make test` creates it with the same
+# torch wheel, this checkout installed editable, and ipykernel<7 (one environment, as a user of ipykernel 6 has)
 IPYKERNEL6 = REPO / ".venv-ipykernel6"
 FLAVOURS = ("ipykernel7", "ipykernel6")
 
 
-def kernel_env(flavour: str) -> dict[str, str]:
-    """The environment a kernel of this flavour starts with."""
-    env = dict(os.environ)
+def kernel_python(flavour: str) -> str:
+    """The interpreter a kernel of this flavour runs in."""
+    if flavour == "ipykernel7":
+        return sys.executable  # the project's venv, whatever kernelspecs the machine has
     if flavour == "ipykernel6":
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IPYKERNEL6), env.get("PYTHONPATH", "")) if p)
-    elif flavour != "ipykernel7":
-        raise ValueError(flavour)
-    return env
+        return str(IPYKERNEL6 / "bin" / "python")
+    raise ValueError(flavour)
 
 
 class Kernel:
     def __init__(self, flavour: str = "ipykernel7") -> None:
         self.flavour = flavour
-        self.km = KernelManager(kernel_name="python3")
-        # this interpreter (the project's venv), whatever kernelspecs the machine has
-        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        self.km.start_kernel(extra_arguments=[], env=kernel_env(flavour))
+        # a kernelspec of our own names the interpreter (jupyter_client 8 ignores KernelManager.kernel_cmd)
+        self._spec_dir = tempfile.TemporaryDirectory(prefix="torchmem-kernelspec-")
+        spec = Path(self._spec_dir.name) / flavour
+        spec.mkdir()
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [kernel_python(flavour), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": f"Python 3 ({flavour})", "language": "python",
+        }))
+        self.km = KernelManager(
+            kernel_name=flavour, kernel_spec_manager=KernelSpecManager(kernel_dirs=[self._spec_dir.name])
+        )
+        self.km.start_kernel()
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
@@ -165,3 +173,4 @@ class Kernel:
     def shutdown(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        self._spec_dir.cleanup()
