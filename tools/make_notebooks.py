@@ -53,7 +53,7 @@ QUICKSTART = [
         "%%memwatch\n"
         "model, optimizer = make_model()\n"
         "history, val_scores = [], []\n"
-        "for epoch in range(6):\n"
+        "for epoch in range(5):\n"
         "    for x, y in train_loader:\n"
         "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
         "        optimizer.zero_grad()\n"
@@ -75,7 +75,7 @@ QUICKSTART = [
         "%%memwatch\n"
         "model, optimizer = make_model()\n"
         "history, val_outputs = [], []\n"
-        "for epoch in range(6):\n"
+        "for epoch in range(5):\n"
         "    for x, y in train_loader:\n"
         "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
         "        optimizer.zero_grad()\n"
@@ -320,6 +320,580 @@ RANK_THAT_LEAKS = [
 ]
 
 
+DATALOADER_SHM = [
+    new_markdown_cell(
+        "# DataLoader workers and shared memory\n\n"
+        "A `DataLoader` with `num_workers > 0` forks worker processes. Two things about them fill up memory "
+        "in ways the training loop never shows:\n\n"
+        "1. **Copy-on-access.** A forked worker shares the dataset's pages with the kernel until it *touches* "
+        "them, and with Python objects reading is touching: every access writes the object's reference count. "
+        "A dataset held as a list of Python strings, dicts or lists is copied into every worker page by page "
+        "as the workers read it (pytorch/pytorch#13246). RSS cannot see it (a shared page and its copy both "
+        "count); PSS, which splits shared pages between the processes sharing them, can.\n"
+        "2. **Shared memory.** Every batch a worker produces travels to the main process through `/dev/shm`. "
+        "In a container that is 64 MB unless you ask for more, and a worker that writes into a full "
+        "`/dev/shm` is killed by a bus error.\n\n"
+        "`%%memwatch` follows the workers (by PSS), `/dev/shm` and how each worker ended. This notebook makes "
+        "each problem, watches it, names it and fixes it."
+    ),
+    new_code_cell(
+        "%load_ext torchmem_magic\n"
+        "import os, time\n"
+        "import numpy as np\n"
+        "import torch, torchmem_magic\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "torch.manual_seed(0)\n"
+        "torch.set_num_threads(1)  # the workers need the cores more than this tiny model"
+    ),
+    new_markdown_cell(
+        "## 1. Copy-on-access: a dataset of Python objects\n"
+        "A million records, each a Python string, read by two workers for two epochs. The model is "
+        "deliberately tiny: all the memory here is the dataset's."
+    ),
+    new_code_cell(
+        "records = [f\"sample-{i:08d}-{'x' * 40}\" for i in range(1_000_000)]  # ~90 MiB of Python strings\n"
+        "\n"
+        "class Records(Dataset):\n"
+        "    def __init__(self, data):\n"
+        "        self.data = data\n"
+        "    def __len__(self):\n"
+        "        return len(self.data)\n"
+        "    def __getitem__(self, i):\n"
+        "        return len(self.data[i])  # reading the record is enough to copy its page into the worker\n"
+        "\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "\n"
+        "def train(dataset, epochs=2):\n"
+        "    loader = DataLoader(dataset, batch_size=2048, shuffle=True, num_workers=2, persistent_workers=True)\n"
+        "    for epoch in range(epochs):\n"
+        "        for batch in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            model(torch.randn(4, 8)).sum().backward()\n"
+        "            optimizer.step()"
+    ),
+    new_code_cell("%%memwatch\ntrain(Records(records))"),
+    new_markdown_cell(
+        "In the figure, the **workers** curve (their PSS) climbs through the first epoch while the kernel's "
+        "**heap in use** stays flat: nothing in the training loop allocates, the workers are copying the "
+        "dataset. The report's advice says where it goes: *DataLoader workers' memory grew by … (by PSS) while "
+        "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they "
+        "read it (copy-on-access) …*, with the fix, and where the workers will level off. The verdict line "
+        "itself depends on timing: a leak of the process tree's RAM if the workers were still copying when "
+        "the cell ended (the OOM killer counts their memory as the job's), `clean` if the copying had "
+        "stopped — copy-on-access ends once each worker has touched every record. It is a problem of size, "
+        "not of endless growth: with two workers the dataset ends up in memory three times; with eight, "
+        "nine. The figures for each worker are in the report object:"
+
+    ),
+    new_code_cell(
+        "objects = torchmem_magic.last_report()\n"
+        "for worker in objects.workers.per_worker:\n"
+        "    print(f\"worker {worker['pid']}: PSS peak {worker['pss_peak'] / 2**20:.0f} MiB\")\n"
+        "print(next(line for line in objects.advice if 'copy-on-access' in line))"
+    ),
+    new_markdown_cell(
+        "### The fix: the same data as one array\n"
+        "A numpy array of fixed-width bytes is a single object: reading an element touches no reference count "
+        "in the shared pages, so nothing is copied. (For variable-length text, `np.frombuffer` over one bytes "
+        "blob plus an offsets array, or pyarrow, do the same.) Same records, same loop:"
+    ),
+    new_code_cell(
+        "array = np.array(records, dtype='S56')  # 56 MiB in one buffer\n"
+        "del records"
+    ),
+    new_code_cell("%%memwatch\ntrain(Records(array))"),
+    new_code_cell(
+        "arrays = torchmem_magic.last_report()\n"
+        "for name, report in ((\"list of str\", objects), (\"numpy array\", arrays)):\n"
+        "    peak = max(w['pss_peak'] for w in report.workers.per_worker) / 2**20\n"
+        "    flagged = any('copy-on-access' in line for line in report.advice)\n"
+        "    print(f\"{name:12} worker PSS peak {peak:4.0f} MiB · copy-on-access flagged: {flagged}\")"
+    ),
+    new_markdown_cell(
+        "The workers stay small and the advice is gone.\n\n"
+        "## 2. How batches reach the kernel: sharing strategies and `/dev/shm`\n"
+        "A worker puts each batch's tensors in shared memory and sends the kernel a handle. torch has two "
+        "ways to do it:\n\n"
+        "- **`file_descriptor`** (the default on Linux): a segment is created in `/dev/shm` and unlinked at "
+        "once; the handle is an open file descriptor. `ls /dev/shm` shows nothing, only the mount's used "
+        "space (`df /dev/shm`) does — and every batch in flight holds a descriptor, so many workers with big "
+        "prefetch queues can hit `ulimit -n` (*received 0 items of ancdata*).\n"
+        "- **`file_system`**: segments are named files `/dev/shm/torch_*`, found by name, and a "
+        "`torch_shm_manager` process cleans them up. No descriptors, but files that outlive a crash.\n\n"
+        "`torchmem_magic.sharing_info()` tells you the current strategy, how big `/dev/shm` is and how many "
+        "descriptors are open, and recommends a change when one is needed (it is the *sharing strategy* "
+        "panel under the live figure):"
+    ),
+    new_code_cell("print(torchmem_magic.sharing_info(workers=2))"),
+    new_markdown_cell(
+        "Here is what each strategy leaves in `/dev/shm` while batches are in flight: a loader of "
+        "1 MiB samples, four to a batch, with four batches held by the loop (and a few more prefetched by the "
+        "workers). The counts are what appeared while the loader ran."
+    ),
+    new_code_cell(
+        "class Images(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 64\n"
+        "    def __getitem__(self, i):\n"
+        "        return torch.full((256, 1024), float(i))  # 1 MiB a sample\n"
+        "\n"
+        "def shm_used():\n"
+        "    st = os.statvfs('/dev/shm')\n"
+        "    return (st.f_blocks - st.f_bfree) * st.f_frsize\n"
+        "\n"
+        "def in_flight(strategy):\n"
+        "    torchmem_magic.set_sharing_strategy(strategy)\n"
+        "    files_before, used_before = set(os.listdir('/dev/shm')), shm_used()\n"
+        "    loader = DataLoader(Images(), batch_size=4, num_workers=2)\n"
+        "    held = []\n"
+        "    for batch in loader:\n"
+        "        held.append(batch)  # four batches kept: 16 MiB in shared memory\n"
+        "        if len(held) == 4:\n"
+        "            break\n"
+        "    files = [f for f in os.listdir('/dev/shm') if f.startswith('torch_')]\n"
+        "    print(f\"{strategy:16} new torch_* files in /dev/shm: {len(set(files) - files_before):3} · \"\n"
+        "          f\"more in use on the mount: {(shm_used() - used_before) / 2**20:5.1f} MiB\")\n"
+        "    del loader, held\n"
+        "\n"
+        "in_flight('file_descriptor')\n"
+        "in_flight('file_system')\n"
+        "torchmem_magic.set_sharing_strategy('file_descriptor');  # back to the default"
+    ),
+    new_markdown_cell(
+        "With `file_descriptor` the segments are invisible to `ls`; with `file_system` they are files. "
+        "Either way they take room on the mount (other programs' files count there too). `%%memwatch` reads "
+        "the mount itself: the **shm** curve and row of the report, with the strategy in use.\n\n"
+        "## 3. A worker killed because `/dev/shm` is full\n"
+        "A container's 64 MB `/dev/shm` is far too small for workers that prefetch large batches. When a "
+        "worker writes into a full mount, the kernel sends it `SIGBUS`; the loop sees *DataLoader worker "
+        "(pid N) is killed by signal: Bus error* — or, on a busy machine, only a reset connection. "
+        "`%%memwatch` reads how the worker ended and what the curves showed just before, and explains it.\n\n"
+        "To make it happen here without touching this machine's `/dev/shm`, we mount a 16 MiB tmpfs (this "
+        "needs root) and give the workers a dataset that places every sample in shared memory on that mount "
+        "the way torch does — create a file, size it, map it, write — and keeps it there, as batches waiting "
+        "in a prefetch queue would. `--shm-path` tells `%%memwatch` to watch that mount instead of `/dev/shm`."
+    ),
+    new_code_cell(
+        "import mmap, subprocess, tempfile\n"
+        "small_shm = tempfile.mkdtemp(prefix='small-shm-')\n"
+        "mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', small_shm],\n"
+        "                         capture_output=True).returncode == 0\n"
+        "if mounted:\n"
+        "    print(f'a 16 MiB tmpfs is mounted at {small_shm}, standing in for a container\\'s /dev/shm')\n"
+        "    print(torchmem_magic.sharing_info(workers=2, shm_path=small_shm))\n"
+        "else:\n"
+        "    print('cannot mount a small tmpfs here (it needs root): the worker death below is skipped')"
+    ),
+    new_markdown_cell(
+        "`sharing_info` already warns about a mount this small. Now the workers fill it:"
+    ),
+    new_code_cell(
+        "class SharedSamples(Dataset):\n"
+        "    \"\"\"Each sample goes to shared memory as torch's workers put it there: create, size, map, write.\"\"\"\n"
+        "    def __init__(self, mount, size=1 << 20):\n"
+        "        self.mount, self.size = mount, size\n"
+        "    def __len__(self):\n"
+        "        return 200\n"
+        "    def __getitem__(self, i):\n"
+        "        time.sleep(0.02)\n"
+        "        fd = os.open(os.path.join(self.mount, f'segment-{i}'), os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "        os.ftruncate(fd, self.size)  # reserves nothing yet: tmpfs gives pages when they are written\n"
+        "        with mmap.mmap(fd, self.size) as segment:\n"
+        "            segment[:] = bytes([i % 256]) * self.size  # on a full mount: SIGBUS\n"
+        "        os.close(fd)\n"
+        "        return torch.tensor(i)"
+    ),
+    new_code_cell(
+        "%%memwatch --interval 20 --shm-path {small_shm}\n"
+        "if mounted:\n"
+        "    loader = DataLoader(SharedSamples(small_shm), batch_size=1, num_workers=2)\n"
+        "    try:\n"
+        "        for step, x in enumerate(loader):\n"
+        "            optimizer.zero_grad()\n"
+        "            model(torch.randn(4, 8)).sum().backward()\n"
+        "            optimizer.step()\n"
+        "    except (RuntimeError, ConnectionError) as error:  # torch's message, or on a busy machine a reset connection\n"
+        "        print(f'the loop failed at step {step}: {error}')\n"
+        "else:\n"
+        "    print('skipped: no small tmpfs')"
+    ),
+    new_markdown_cell(
+        "Each worker printed torch's own hint (*Unexpected bus error encountered in worker. This might be "
+        "caused by insufficient shared memory*), and the loop failed with whatever it happened to see. The "
+        "verdict is a leak in shm, and the first line of advice explains the death from how the workers ended "
+        "and what the shm curve showed just before: *DataLoader worker … died (Bus error): /tmp/small-shm-… "
+        "was 100% full (16.0 MiB of 16.0 MiB)*. The next line is the fix. For room, what counts is a bigger "
+        "mount for the container (`docker run --shm-size=8g` or `--ipc=host`) or fewer batches in flight "
+        "(fewer workers, a lower `prefetch_factor`, smaller batches); `file_system` helps when file "
+        "descriptors run out, but its files live on the same mount."
+
+    ),
+    new_code_cell(
+        "if mounted:\n"
+        "    died = torchmem_magic.last_report()\n"
+        "    print(died.advice[0])\n"
+        "    print(died.advice[1])\n"
+        "    del loader\n"
+        "    subprocess.run(['umount', '-l', small_shm])\n"
+        "os.rmdir(small_shm)"
+    ),
+]
+
+
+GPU_MEMORY = [
+    new_markdown_cell(
+        "# GPU memory: allocated, reserved, and what `nvidia-smi` shows\n\n"
+        "PyTorch does not give freed GPU memory back to the driver. Its **caching allocator** keeps the "
+        "blocks it got from `cudaMalloc` and reuses them for the next tensors of a similar size, because "
+        "asking the driver is slow. So there are two numbers:\n\n"
+        "- **allocated** (`torch.cuda.memory_allocated()`): bytes in live tensors — what your code holds;\n"
+        "- **reserved** (`torch.cuda.memory_reserved()`): allocated plus the cached free blocks — what "
+        "`nvidia-smi` shows for the process (plus the CUDA context's few hundred MiB), and what other "
+        "processes cannot use.\n\n"
+        "A leak grows *allocated*. Reserved growing while allocated stays flat is the cache (or "
+        "fragmentation), not a leak — the most common false alarm. `%%memwatch` draws both curves and "
+        "tells them apart.\n\n"
+        "**No GPU?** Every cell below runs on the CPU too, where the C heap tells the same story: glibc's "
+        "`malloc` also keeps freed memory for reuse. **heap in use** (what live objects hold, read with "
+        "glibc's `mallinfo2`) plays *allocated*; the process's **RSS** (what `top` and the OOM killer see) "
+        "plays *reserved*. Where a GPU is present the cells use it, and the text says what each shows."
+    ),
+    new_code_cell(
+        "%load_ext torchmem_magic\n"
+        "import ctypes, os\n"
+        "import psutil, torch, torchmem_magic\n"
+        "torch.manual_seed(0)\n"
+        "torch.set_num_threads(1)\n"
+        "cuda = torch.cuda.is_available()\n"
+        "device = torch.device('cuda' if cuda else 'cpu')\n"
+        "\n"
+        "class Mallinfo2(ctypes.Structure):  # glibc's heap statistics, what the heap curve reads\n"
+        "    _fields_ = [(name, ctypes.c_size_t) for name in (\n"
+        "        'arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks', 'fsmblks', 'uordblks', 'fordblks', 'keepcost')]\n"
+        "libc = ctypes.CDLL(None)\n"
+        "libc.mallinfo2.restype = Mallinfo2\n"
+        "\n"
+        "def memory():\n"
+        "    \"\"\"(in live tensors, held by the process): allocated/reserved on a GPU, heap in use/RSS on a CPU.\"\"\"\n"
+        "    if cuda:\n"
+        "        return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()\n"
+        "    info = libc.mallinfo2()\n"
+        "    return info.uordblks + info.hblkhd, psutil.Process().memory_info().rss\n"
+        "\n"
+        "def show(when):\n"
+        "    used, held = memory()\n"
+        "    names = ('allocated', 'reserved') if cuda else ('heap in use', 'RSS')\n"
+        "    print(f\"{when:28} {names[0]} {used / 2**20:7.1f} MiB · {names[1]} {held / 2**20:7.1f} MiB\")\n"
+        "\n"
+        "print('watching', torch.cuda.get_device_name() if cuda else 'the CPU heap (no GPU here)')"
+    ),
+    new_markdown_cell(
+        "## 1. Freed is not given back\n"
+        "Allocate 3,000 tensors of 64 KiB (about 190 MiB), each next to a tiny tensor that stays alive — "
+        "a per-chunk statistic, say — then free the big ones."
+    ),
+    new_code_cell(
+        "show('before')\n"
+        "chunks, stats = [], []\n"
+        "for i in range(3000):\n"
+        "    chunks.append(torch.ones(16 * 1024, device=device))  # 64 KiB\n"
+        "    stats.append(chunks[-1].sum())                       # a few bytes, kept\n"
+        "show('3,000 chunks alive')\n"
+        "del chunks\n"
+        "show('chunks freed')"
+    ),
+    new_markdown_cell(
+        "The first number drops back at once; the second does not. On a GPU the freed 190 MiB are cached "
+        "blocks, still *reserved*: `nvidia-smi` shows the process as big as at its peak. On the CPU, glibc "
+        "keeps the freed pages in its heap and RSS stays high.\n\n"
+        "Giving them back is the job of `torch.cuda.empty_cache()` on a GPU, and of glibc's "
+        "`malloc_trim(0)` on the CPU: `torchmem_magic.collect_garbage()` runs `gc.collect()` and "
+        "`empty_cache()`, `torchmem_magic.return_heap_to_os()` runs `malloc_trim` (they are the **gc + "
+        "empty_cache** and **return heap to OS** buttons under the live figure). Each says what it gave back:"
+    ),
+    new_code_cell(
+        "print(torchmem_magic.collect_garbage() if cuda else torchmem_magic.return_heap_to_os())\n"
+        "show('after giving back')"
+    ),
+    new_markdown_cell(
+        "Here the two allocators differ. glibc returns every free *page*, even between the tiny tensors "
+        "still alive: RSS drops by almost all of the 190 MiB. The CUDA caching allocator can only release "
+        "a whole *segment* (a `cudaMalloc`'d block of 2 MiB or more) with nothing alive in it, and nearly "
+        "every segment here still holds one of the tiny `stats` tensors: on a GPU `empty_cache()` gives back "
+        "little, and reserved stays high until `stats` goes too. That is **fragmentation**: memory that is "
+        "free but cannot be used for a bigger tensor or given back because small live blocks are "
+        "scattered through it."
+    ),
+    new_code_cell(
+        "del stats\n"
+        "print(torchmem_magic.collect_garbage() if cuda else torchmem_magic.return_heap_to_os())\n"
+        "show('stats freed too')"
+    ),
+    new_markdown_cell(
+        "## 2. What `%%memwatch` makes of it\n"
+        "A training loop whose evaluation batches get longer as it goes, as with variable-length sequences: "
+        "every 40 steps it evaluates a batch longer than any before, in 64 KiB chunks, and keeps a small "
+        "tensor of statistics — the same pattern, inside a run. Is it a leak?"
+    ),
+    new_code_cell(
+        "model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "\n"
+        "def evaluate_long_batch(n_chunks):\n"
+        "    with torch.no_grad():\n"
+        "        features = [torch.ones(64, 256, device=device) for _ in range(n_chunks)]  # 64 KiB each\n"
+        "        return torch.stack([f.mean() for f in features])  # the features go; 12 KiB of statistics stay"
+
+    ),
+    new_code_cell(
+        "%%memwatch\n"
+        "for step in range(400):\n"
+        "    x, y = torch.randn(64, 256, device=device), torch.randint(0, 10, (64,), device=device)\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if step % 40 == 39:  # a batch longer than any before: 19 MiB more each time\n"
+        "        chunk_means = evaluate_long_batch(n_chunks=300 * (step // 40 + 1))"
+    ),
+    new_markdown_cell(
+        "**heap in use** (on a GPU: **CUDA allocated**) jumps at each evaluation (where a sample falls "
+        "inside one) and falls straight back: the features are freed when `evaluate_long_batch` returns. "
+        "**RAM** (on a GPU: **CUDA reserved**) climbs a step with each new longest batch and never comes "
+        "down: the allocator needed room for the biggest batch so far, and keeps it. The verdict is "
+        "**clean**: what decides is what live objects hold, and that did not grow. On a GPU the report adds "
+        "that reserved memory growing while allocated is flat is the "
+
+        "caching allocator, with `torch.cuda.empty_cache()` and `expandable_segments` as the remedies; on "
+        "the CPU it adds that *RSS grows while the heap in use is flat: not memory your objects hold, but "
+        "freed memory the allocator keeps (fragmentation)…*, and that `malloc_trim(0)` (the **return heap to "
+        "OS** button) gives it back."
+
+    ),
+    new_code_cell(
+        "run = torchmem_magic.last_report().to_dict()\n"
+        "print('verdict:', run['verdict'])\n"
+        "mib = lambda n: f\"{n / 2**20:.1f} MiB\"\n"
+        "if cuda:\n"
+        "    vram = run['vram']\n"
+        "    print(f\"CUDA allocated: start {mib(vram['allocated_start'])}, peak {mib(vram['allocated_peak'])}, \"\n"
+        "          f\"end {mib(vram['allocated_end'])} · reserved at the end {mib(vram['reserved_end'])}\")\n"
+        "else:\n"
+        "    for name, label in (('heap', 'heap in use'), ('ram', 'RAM')):\n"
+        "        r = run[name]\n"
+        "        print(f\"{label:12} start {mib(r['start'])}, peak {mib(r['peak'])}, end {mib(r['end'])}\")"
+
+    ),
+    new_markdown_cell(
+        "Not a leak — but memory the process holds that nothing uses. When another process needs it (or "
+        "before handing the GPU over), give it back, and RAM (on a GPU: reserved) comes down to what is in use:"
+    ),
+    new_code_cell(
+        "given_back = torchmem_magic.collect_garbage() if cuda else torchmem_magic.return_heap_to_os()\n"
+        "print(given_back)"
+    ),
+    new_markdown_cell(
+        "## 3. Fragmentation: `expandable_segments` and `max_split_size_mb`\n"
+        "The caching allocator is configured by the environment variable `PYTORCH_CUDA_ALLOC_CONF`, read "
+        "once, when CUDA makes its first allocation — set it in the shell that starts Jupyter, or in the "
+        "notebook's first cell *before* anything touches the GPU (then restart the kernel):\n\n"
+        "- **`expandable_segments:True`** — segments grow in place (virtual memory mapped as needed) instead "
+        "of being fixed-size `cudaMalloc` blocks. Tensors of varying sizes (variable sequence lengths, "
+        "growing batch sizes) then leave far fewer unusable holes, and `empty_cache()` can unmap a "
+        "segment's free pages. The first thing to try when reserved keeps creeping or an OOM message "
+
+        "says *reserved but unallocated* is large.\n"
+        "- **`max_split_size_mb:N`** — blocks larger than N MiB are never split to serve smaller "
+        "requests, so big blocks stay available for big tensors. An older remedy for the same OOM; "
+        "`expandable_segments` usually works better.\n"
+        "- `garbage_collection_threshold:0.8` — reclaim cached blocks once reserved passes 80% of the GPU.\n\n"
+        "The allocator's own view of fragmentation is `torch.cuda.memory_stats()`: "
+        "`inactive_split_bytes` are free pieces of split blocks, unusable for anything bigger."
+    ),
+    new_code_cell(
+        "print('PYTORCH_CUDA_ALLOC_CONF =', os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '(not set: the defaults)'))\n"
+        "if cuda:\n"
+        "    stats = torch.cuda.memory_stats()\n"
+        "    print(f\"reserved {stats['reserved_bytes.all.current'] / 2**20:.1f} MiB, \"\n"
+        "          f\"allocated {stats['allocated_bytes.all.current'] / 2**20:.1f} MiB, \"\n"
+        "          f\"free pieces of split blocks {stats['inactive_split_bytes.all.current'] / 2**20:.1f} MiB\")\n"
+        "else:\n"
+        "    info = libc.mallinfo2()\n"
+        "    print(f\"no GPU: glibc's heap holds {info.fordblks / 2**20:.1f} MiB free in {info.ordblks:,} free chunks \"\n"
+        "          f\"(its own fragmentation), {info.keepcost / 2**20:.1f} MiB of it at the top, releasable at once\")"
+    ),
+    new_markdown_cell(
+        "## What to remember\n"
+        "- Judge a leak by **allocated** (on the CPU: **heap in use**), not by `nvidia-smi` or RSS.\n"
+        "- A plateau of reserved memory after a peak is the cache: `torch.cuda.empty_cache()` hands it back "
+        "(useful before handing the GPU to another process; it does not make your own training use less).\n"
+        "- Reserved far above allocated, growing, or OOMs that mention *reserved but unallocated*: "
+        "fragmentation — try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`."
+    ),
+]
+
+
+REAL_SCRIPT = [
+    new_markdown_cell(
+        "# Finding the leak in a real training script\n\n"
+        "The classic leaks are easy to spot in a five-line loop. In a real script they hide: the training "
+        "step is right, validation looks right, and the tensor that keeps memory alive goes through a helper "
+        "class before it lands in a container nobody looks at.\n\n"
+        "Below is an ordinary image-classification script — a small CNN on synthetic 28×28 images, AdamW "
+        "with a learning-rate schedule, gradient clipping, a validation pass each epoch and a metrics "
+        "logger. It has one leak. Try to find it by reading first; then let `%%memwatch` find it."
+    ),
+    new_code_cell(
+        "%load_ext torchmem_magic\n"
+        "from collections import defaultdict\n"
+        "import torch, torchmem_magic\n"
+        "import torch.nn.functional as F\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "torch.manual_seed(0)\n"
+        "torch.set_num_threads(1)"
+    ),
+    new_code_cell(
+        "def synthetic_digits(n, seed):\n"
+        "    \"\"\"28×28 images whose class is a brighter 7×7 tile in one of 10 places, plus noise.\"\"\"\n"
+        "    g = torch.Generator().manual_seed(seed)\n"
+        "    labels = torch.randint(0, 10, (n,), generator=g)\n"
+        "    images = torch.randn(n, 1, 28, 28, generator=g)\n"
+        "    for c in range(10):\n"
+        "        r, k = divmod(c, 4)\n"
+        "        images[labels == c, :, 7 * r:7 * r + 7, 7 * k:7 * k + 7] += 0.25\n"
+        "    return TensorDataset(images, labels)\n"
+        "\n"
+        "train_loader = DataLoader(synthetic_digits(2560, seed=1), batch_size=64, shuffle=True)\n"
+        "val_loader = DataLoader(synthetic_digits(512, seed=2), batch_size=128)\n"
+        "\n"
+        "class SmallCNN(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.features = torch.nn.Sequential(\n"
+        "            torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),\n"
+        "            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),\n"
+        "        )\n"
+        "        self.head = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.2), torch.nn.Linear(16 * 7 * 7, 10))\n"
+
+        "    def forward(self, x):\n"
+        "        return self.head(self.features(x))"
+    ),
+    new_code_cell(
+        "class MetricsLogger:\n"
+        "    \"\"\"Keeps every logged value by name; prints an epoch summary.\"\"\"\n"
+        "    def __init__(self):\n"
+        "        self.history = defaultdict(list)\n"
+        "    def log(self, **values):\n"
+        "        for name, value in values.items():\n"
+        "            self.history[name].append(value)\n"
+        "    def mean(self, name, last):\n"
+        "        values = self.history[name][-last:]\n"
+        "        return sum(float(v) for v in values) / len(values)\n"
+        "    def summary(self, epoch, steps, val_batches):\n"
+        "        return (f\"epoch {epoch}: train loss {self.mean('train_loss', steps):.3f} · \"\n"
+        "                f\"val loss {self.mean('val_loss', val_batches):.3f} · val acc {self.history['val_acc'][-1]:.1%}\")\n"
+        "\n"
+        "def train_one_epoch(model, optimizer, logger):\n"
+        "    model.train()\n"
+        "    for images, labels in train_loader:\n"
+        "        loss = F.cross_entropy(model(images), labels)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "        optimizer.step()\n"
+        "        logger.log(train_loss=loss.item(), lr=optimizer.param_groups[0]['lr'])\n"
+        "\n"
+        "def validate(model, logger):\n"
+        "    model.eval()  # dropout off, batch-norm statistics frozen\n"
+        "    correct = 0\n"
+        "    for images, labels in val_loader:\n"
+        "        logits = model(images)\n"
+        "        logger.log(val_loss=F.cross_entropy(logits, labels))\n"
+        "        correct += (logits.argmax(1) == labels).sum().item()\n"
+        "    logger.log(val_acc=correct / len(val_loader.dataset))"
+    ),
+    new_markdown_cell(
+        "## Run it under `%%memwatch`\n"
+        "Five epochs. Nothing in the code looks wrong, and the accuracy climbs as it should."
+    ),
+    new_code_cell(
+        "%%memwatch\n"
+        "model = SmallCNN()\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)\n"
+        "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)\n"
+        "logger = MetricsLogger()\n"
+        "for epoch in range(5):\n"
+        "    train_one_epoch(model, optimizer, logger)\n"
+        "    validate(model, logger)\n"
+        "    scheduler.step()\n"
+        "    print(logger.summary(epoch, len(train_loader), len(val_loader)))"
+    ),
+    new_markdown_cell(
+        "The curves show a **staircase**: flat while an epoch trains, a step up at every validation pass. The "
+        "verdict is a **per-epoch leak** (*per-epoch leak in heap: … MiB per epoch*), the report says the heap's "
+        "growth and the holder's agree (*… and logger grows …: that is where it goes*), and it names the "
+        "holder: `logger`, through "
+        "`logger.history['val_loss']` — a list of loss *tensors*, each keeping the autograd graph of its "
+        "validation batch and the activations it saved for a backward pass that never comes.\n\n"
+        "That is the hidden part: `model.eval()` switches dropout and batch norm to inference mode, but it "
+        "does **not** turn off autograd. Every validation forward pass still records a graph, and "
+        "`logger.log(val_loss=...)` keeps it. (torch's *UserWarning: Converting a tensor with "
+        "requires_grad=True to a scalar*, from `MetricsLogger.mean`, was a hint — one warning among many in a "
+        "real log, and it does not say what is kept or how much.) The fix line of the report points at the "
+        "list to fill under `torch.no_grad()`. `%memcheck` shows what the logger holds, tensor by tensor — "
+        "a few bytes of scalar losses that keep hundreds of MiB alive:"
+    ),
+    new_code_cell("leaky = torchmem_magic.last_report()\n%memcheck logger"),
+    new_markdown_cell(
+        "## The fix\n"
+        "Two changes, each enough on its own, both good practice: run validation under `torch.no_grad()` "
+        "(no graph is recorded at all, and it is faster), and log numbers, not tensors (`.item()`). "
+        "First free what the leaky run kept:"
+    ),
+    new_code_cell(
+        "del logger\n"
+        "import gc; gc.collect();"
+    ),
+    new_code_cell(
+        "@torch.no_grad()\n"
+        "def validate(model, logger):\n"
+        "    model.eval()\n"
+        "    correct = 0\n"
+        "    for images, labels in val_loader:\n"
+        "        logits = model(images)\n"
+        "        logger.log(val_loss=F.cross_entropy(logits, labels).item())\n"
+        "        correct += (logits.argmax(1) == labels).sum().item()\n"
+        "    logger.log(val_acc=correct / len(val_loader.dataset))"
+    ),
+    new_code_cell(
+        "%%memwatch\n"
+        "model = SmallCNN()\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)\n"
+        "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)\n"
+        "logger = MetricsLogger()\n"
+        "for epoch in range(5):\n"
+        "    train_one_epoch(model, optimizer, logger)\n"
+        "    validate(model, logger)\n"
+        "    scheduler.step()\n"
+        "    print(logger.summary(epoch, len(train_loader), len(val_loader)))"
+    ),
+    new_markdown_cell(
+        "The same learning curve (give or take a fresh model's random start), and the curves are flat after "
+        "the first steps: the verdict is **clean** and no holder is named. Side by side:"
+
+    ),
+    new_code_cell(
+        "fixed = torchmem_magic.last_report()\n"
+        "for name, report in ((\"leaky\", leaky), (\"fixed\", fixed)):\n"
+        "    heap = report.to_dict()['heap']\n"
+        "    holders = ', '.join(s.name for s in report.suspects if s.kind == 'autograd-graph') or '-'\n"
+        "    print(f\"{name}: {report.verdict:5} · heap {(heap['end'] - heap['start']) / 2**20:+6.1f} MiB over the run · \"\n"
+        "          f\"graph holders: {holders}\")"
+    ),
+]
+
+
 def write(name: str, cells: list) -> None:
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -331,3 +905,6 @@ if __name__ == "__main__":
     write("01_memwatch_quickstart.ipynb", QUICKSTART)
     write("02_classic_leaks.ipynb", CLASSIC_LEAKS)
     write("03_the_rank_that_leaks.ipynb", RANK_THAT_LEAKS)
+    write("04_dataloader_workers_and_shared_memory.ipynb", DATALOADER_SHM)
+    write("05_gpu_memory.ipynb", GPU_MEMORY)
+    write("06_finding_the_leak_in_a_real_script.ipynb", REAL_SCRIPT)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads 
     )
     from .api import memwatch
     from .check import memcheck
+    from .gate import LeakError, assert_no_leak
     from .results import MemcheckResult, Report
     from .saved import load_report
     from .session import MemwatchSession, last_report
@@ -37,6 +38,8 @@ _HOMES = {
     "sharing_info": "actions",
     "memwatch": "api",
     "memcheck": "check",
+    "LeakError": "gate",
+    "assert_no_leak": "gate",
     "MemcheckResult": "results",
     "Report": "results",
     "load_report": "saved",
@@ -45,9 +48,11 @@ _HOMES = {
 }
 
 __all__ = [
+    "LeakError",
     "MemcheckResult",
     "MemwatchSession",
     "Report",
+    "assert_no_leak",
     "collect_garbage",
     "last_report",
     "load_ipython_extension",

@@ -5,16 +5,62 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import Any
 
 from .ranks.agent import adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession
+from .stack_roots import StackRoots, StackSources
+
 
 
 def _module_roots(namespace: dict[str, Any]) -> list[Root]:
     """A script's global names (not `_private` ones)."""
     return [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
+
+
+def watch_from(
+    namespace: dict[str, Any],
+    frame: FrameType | None = None,
+    *,
+    code: CodeType | None = None,
+    interval_ms: float = DEFAULT_INTERVAL_MS,
+    device: str | int | None = None,
+    quiet: bool = False,
+    shm_path: str = "/dev/shm",
+    scan: bool = True,
+) -> MemwatchSession:
+    """A script session whose leak finder looks where the watched code keeps things: the locals of
+    the user's functions on the training thread's stack (innermost first), then the global names of
+    `namespace` or, in a notebook (`namespace` is the shell's), the user's names. Fix lines are looked
+    for in the function `code` (the test's), the user's code on the stack from `frame` outwards and
+    the functions met at the scans, then the namespace's module.
+
+    Holders the last scan during the run saw are kept even when the end-of-block scan cannot reach
+    them, since a helper function's locals (`def train(): history = []`) are gone by then."""
+    roots: Callable[[], list[Root]] | None = None
+    sources: list[str] = []
+    if scan:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        if shell is not None and namespace is shell.user_ns:
+            from .notebook import notebook_roots, recent_sources
+
+            sources = recent_sources(shell)
+            shared = functools.partial(notebook_roots, shell)
+            roots = StackRoots(shared)
+        else:
+            known = StackSources(sources)
+            if code is not None:
+                known.add_code(code)
+            known.add_stack(frame)
+            known.add_file(namespace.get("__file__"))
+            roots = StackRoots(functools.partial(_module_roots, namespace), known)
+    return MemwatchSession(
+        interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources,
+        rank_agent=adopt_forked, keep_scanned_holders=True,
+    )
 
 
 def memwatch(
@@ -28,24 +74,12 @@ def memwatch(
     """Script API: `with memwatch() as w: train()` then `w.report` (also `last_report()`).
 
     Prints the text report when the block ends unless `quiet`. The block's exception, if any,
-    propagates after the report is made. With `scan`, the leak finder looks at the calling
-    module's global names (at start and end) and fills `report.suspects`; in a notebook, at the
-    same places `%%memwatch` looks (the user's names, the output cache, the last traceback).
+    propagates after the report is made. With `scan`, the leak finder looks at the locals of the
+    user's functions running the steps (the caller's and the helpers it calls) and at the calling
+    module's global names, and fills `report.suspects`; in a notebook, at the same places
+    `%%memwatch` looks (the user's names, the output cache, the last traceback) as well as locals.
     """
-    roots: Callable[[], list[Root]] | None = None
-    sources: list[str] = []
-    if scan:
-        namespace = sys._getframe(1).f_globals
-        ipython = sys.modules.get("IPython")
-        shell = ipython.get_ipython() if ipython is not None else None
-        if shell is not None and namespace is shell.user_ns:
-            from .notebook import notebook_roots, recent_sources
-
-            sources = recent_sources(shell)
-            roots = functools.partial(notebook_roots, shell)
-        else:
-            roots = functools.partial(_module_roots, namespace)
-    return MemwatchSession(
-        interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources,
-        rank_agent=adopt_forked,
+    caller = sys._getframe(1)
+    return watch_from(
+        caller.f_globals, caller, interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan
     )

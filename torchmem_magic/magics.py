@@ -14,10 +14,12 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
+from IPython.display import SVG, display
 
 from .check import check_roots
 from .notebook import notebook_roots, recent_sources
+from .render.static import figure_svg
+from .results import report_long_text
 from .ranks.agent import adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
@@ -38,6 +40,13 @@ def widgets_available(shell: Any) -> bool:
         )
         return False
     return True
+
+
+def shell_has_kernel() -> bool:
+    """True in a Jupyter kernel (a front end that keeps rich outputs), False in terminal IPython."""
+    from IPython import get_ipython
+
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def _current_cell_number(shell: Any) -> int:
@@ -147,28 +156,43 @@ class MemwatchMagics(Magics):
             return session.stop(exc)
         finally:
             if session.report is not None:
-                self._show(session.report, args, plot)
+                raising = sys.exc_info()[1]  # stop() itself raising: the cell has no value to show
+                returned = args.return_report and all(e is None or isinstance(e, StopTraining) for e in (exc, raising))
+                self._show(session.report, args, plot, returned)
 
     @staticmethod
-    def _show(report: Any, args: Any, plot: bool) -> None:
+    def _show(report: Any, args: Any, plot: bool, returned: bool) -> None:
         """Render the report; a rendering failure never hides the cell's own result or exception."""
-        if args.quiet:
+        if args.quiet or returned:  # -o: the Out value is the one display (a cell that raised has none)
             return
         try:
             if plot:
                 display(report)
-            else:
+            elif shell_has_kernel():  # --no-plot in a notebook: the text, and the figure a saved notebook keeps
                 print(report)
+                figure = figure_svg(report)
+                if figure:
+                    display(SVG(figure))
+            else:  # terminal IPython: the curves as sparklines
+                print(report_long_text(report))
         except Exception as exc:
             print(f"torchmem_magic: could not render the report ({type(exc).__name__}: {exc})", file=sys.stderr)
 
+    @magic_arguments()
+    @argument("-o", dest="return_result", action="store_true", help="return the MemcheckResult (r = _)")
+    @argument("expr", nargs="*", metavar="EXPR",
+              help="what to check: a name, attribute or subscript (default: the whole user namespace)")
     @line_magic
     def memcheck(self, line: str) -> Any:
         """%memcheck [-o] [EXPR]: the tensors EXPR reaches, the autograd graphs they keep alive,
         what deleting it would free, and the fix. Without EXPR: every user variable plus IPython's
         output cache and last traceback, as a list of holders.
         """
-        return_result, expr = _parse_memcheck_line(line)
+        parsed = _parse_memcheck_line(line)
+        if parsed is None:
+            print(_help_text(MemwatchMagics.memcheck))
+            return None
+        return_result, expr = parsed
         shell: Any = self.shell
         if expr:
             try:
@@ -196,13 +220,30 @@ class MemwatchMagics(Magics):
         return None
 
 
-def _parse_memcheck_line(line: str) -> tuple[bool, str]:
-    """Flags first (`-o`), then the expression verbatim: shlex would strip its quotes."""
+HELP_FLAGS = ("-h", "--help")
+
+
+def _help_text(magic: Any) -> str:
+    """A magic's help as `%magic?` shows it (magic_arguments puts the usage in the docstring)."""
+    import inspect
+
+    return inspect.cleandoc(magic.__doc__ or "")
+
+
+def _parse_memcheck_line(line: str) -> tuple[bool, str] | None:
+    """Flags first (checked by the magic's argparse), then the expression verbatim: argparse would
+    split `x[0, 1]` and strip quotes. None: help was asked for (`-h`)."""
     rest = line.strip()
-    return_result = False
-    while rest.startswith("-"):
+    flags: list[str] = []
+    while rest.startswith("-") and not rest[1:2].isdigit():
         flag, _, tail = rest.partition(" ")
-        if flag != "-o":
-            raise UsageError(f"%memcheck: unknown option {flag} (usage: %memcheck [-o] [EXPR])")
-        return_result, rest = True, tail.strip()
-    return return_result, rest
+        flags.append(flag)
+        rest = tail.strip()
+    if any(flag in HELP_FLAGS for flag in flags):
+        return None
+    try:
+        args = parse_argstring(MemwatchMagics.memcheck, " ".join(flags))
+    except UsageError as exc:
+        problem = str(exc).replace("unrecognized arguments:", "unknown option")
+        raise UsageError(f"%memcheck: {problem} (usage: %memcheck [-o] [EXPR]; see %memcheck?)") from None
+    return bool(args.return_result), rest

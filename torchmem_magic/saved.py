@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, Literal, Union
 
-from .model import RankSummary, ReportData
+from .model import RankSummary
 from .ranks.merge import summary_of, with_ranks
-from .render.text import report_html
+from .render.static import report_document as report_document  # re-exported: saved pages live here too
 from .results import Report
+from .results import save_report as save_report
 
 STATUS_SEVERITY = {"ok": 0, "interrupted": 1, "error": 2}
 
@@ -88,32 +89,6 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     """Read a report saved as `.json` (`--save x.json`, or `json.dump(report.to_dict(), f)`)."""
     with open(path, encoding="utf-8") as file:
         return report_from_dict(json.load(file))
-
-
-def report_document(report: ReportData, title: str = "torchmem_magic report") -> str:
-    """A whole HTML page around the report's HTML form: opens offline (no scripts, no CDN)."""
-    import html
-
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title>"
-        "<style>body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
-        "table{border-collapse:collapse}td,th{padding:.1em .4em}</style>"
-        f"</head><body>\n{report_html(report)}\n</body></html>\n"
-    )
-
-
-def save_report(report: ReportData, path: str | os.PathLike[str]) -> None:
-    """Write `report` as `.json` (`to_dict()`) or `.html` (an offline page), by the path's suffix."""
-    suffix = os.path.splitext(os.fspath(path))[1].lower()
-    if suffix == ".json":
-        text = json.dumps(report.to_dict(), indent=1) + "\n"
-    elif suffix in (".html", ".htm"):
-        text = report_document(report)
-    else:
-        raise ValueError(f"cannot save a report as {suffix or 'a file without a suffix'!r}: use .json or .html")
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(text)
 
 
 def _as_ranks(report: Report, first_rank: int) -> tuple[RankSummary, ...]:

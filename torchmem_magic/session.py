@@ -150,7 +150,8 @@ class MemwatchSession:
         listener: live renderer (see `Listener`).
         print_report: print the text report when the block ends (the script API's default).
         roots: where the leak finder looks (called at start and end; None: no scan).
-        sources: code in which a suspect's fix line is looked for.
+        sources: code in which a suspect's fix line is looked for (the list itself is kept, so a roots
+            provider can add the source of functions it finds running during the run).
         clock: wall clock in seconds (injectable for tests).
         cpu_clock: this thread's CPU time in seconds: what a step sample costs, a GIL wait excluded.
         watch_ranks: listen for ranks (processes forked from this one, or a watched command's) and
@@ -191,7 +192,7 @@ class MemwatchSession:
         self.listener = listener
         self.print_report = print_report
         self._roots = roots
-        self._sources = list(sources or [])
+        self._sources = sources if sources is not None else []  # shared: a roots provider may add to it
         self._clock, self._cpu_clock = clock, cpu_clock
         self.timeline = Timeline() if timeline is None else timeline
         self._watch_ranks, self._train_hooks = watch_ranks, train_hooks

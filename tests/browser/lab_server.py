@@ -43,12 +43,6 @@ def require_browser() -> None:
         pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Lab:
     url: str
@@ -80,7 +74,7 @@ def running_lab(base: Path, app: str = "jupyterlab") -> Iterator[Lab]:
         JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
         JUPYTERLAB_SETTINGS_DIR=str(settings),
     )
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = (base / "lab.log").open("w")
     server = subprocess.Popen(
         [
@@ -115,3 +109,11 @@ def running_lab(base: Path, app: str = "jupyterlab") -> Iterator[Lab]:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (fixed ports collide when test runs overlap on one machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

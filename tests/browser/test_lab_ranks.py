@@ -7,7 +7,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from lab_server import ARTIFACTS, Lab
+from lab_server import ARTIFACTS, Lab, free_port
 from nbformat.v4 import new_code_cell, new_notebook
 from test_lab_live_figure import KERNEL_IDLE_JS, PROMPTS_JS, _wait
 
@@ -33,7 +33,8 @@ def train(rank, world, port, leak_rank, steps=400):
         time.sleep(0.01)
     dist.barrier()
     dist.destroy_process_group()'''
-RUN = "%%memwatch --interval 50\nmp.start_processes(train, args=(2, 29561, 1), nprocs=2, start_method='fork')"
+def run_cell() -> str:
+    return f"%%memwatch --interval 50\nmp.start_processes(train, args=(2, {free_port()}, 1), nprocs=2, start_method='fork')"
 
 RANKS_FIGURE_JS = """() => {
   const figures = Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure'));
@@ -47,7 +48,7 @@ STATUS_JS = """() => {
 
 
 def test_two_ranks_have_their_curves_and_the_worst_rank_is_named_while_the_cell_runs(lab: Lab, page: Any) -> None:
-    nb = new_notebook(cells=[new_code_cell(SETUP), new_code_cell(RUN)])
+    nb = new_notebook(cells=[new_code_cell(SETUP), new_code_cell(run_cell())])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, lab.root / "ranks.ipynb")
     ARTIFACTS.mkdir(exist_ok=True)

@@ -5,9 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_client import FLAVOURS, IPYKERNEL6, REPO, Kernel
-
-SETUP = "import torch\ntorch.set_num_threads(1)\n%load_ext torchmem_magic\nimport torchmem_magic"
+from kernel_client import FLAVOURS, IPYKERNEL6, REPO, SETUP, Kernel
 
 
 def pytest_configure(config: pytest.Config) -> None:

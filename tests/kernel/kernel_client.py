@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import sys
 import tempfile
 import time
@@ -14,6 +15,10 @@ from typing import Any
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
+
+
+#: what every test kernel runs first
+SETUP = "import torch\ntorch.set_num_threads(1)\n%load_ext torchmem_magic\nimport torchmem_magic"
 
 
 @dataclass
@@ -174,3 +179,11 @@ class Kernel:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
         self._spec_dir.cleanup()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (fixed ports collide when test runs overlap on one machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

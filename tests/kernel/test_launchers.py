@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SETUP
-from kernel_client import Kernel
+from kernel_client import SETUP, Kernel, free_port
 
 pytestmark = [pytest.mark.kernel, pytest.mark.usefixtures("nothing_left_behind")]
 
@@ -102,6 +101,9 @@ def _check_rank_1_leaks(report: dict[str, Any], steps: int, holder: str | None) 
         return leaking
     top = leaking["suspects"][0]
     assert top["name"] == holder and top["rank"] == 1, leaking["suspects"]
+    if top["growth_per_step"] is None:  # too few scans on a crowded machine to give the holder a rate
+        assert f"held by {holder}" in line, line
+        return leaking
     assert OUTPUT_BYTES <= top["growth_per_step"] <= 1.2 * OUTPUT_BYTES, top
     assert f"{holder} grows +" in line, line
     return leaking
@@ -186,9 +188,9 @@ def test_accelerate_notebook_launcher_forks_two_gloo_ranks_on_cpu(accelerate: Ke
     """Without a GPU, notebook_launcher still takes its multi-device path (it prints "Launching training on
     2 CUDAs."): torch's elastic agent runs in the kernel and forks the processes, and
     `Accelerator(cpu=True)` joins them with gloo."""
-    report = _report(accelerate, "notebook_launcher(train_accelerate, args=(1, STEPS), num_processes=2, use_port='29561')")
+    report = _report(accelerate, f"notebook_launcher(train_accelerate, args=(1, STEPS), num_processes=2, use_port='{free_port()}')")
+    processes = _processes(accelerate)  # read (and cleared) first: the next test's launch writes there too
     leaking = _check_rank_1_leaks(report, STEPS, holder="outputs")
-    processes = _processes(accelerate)
     assert sorted(processes.values()) == [["0", "2", "MULTI_CPU", "gloo"], ["1", "2", "MULTI_CPU", "gloo"]], processes
     assert processes[leaking["pid"]][0] == "1" and accelerate.value("os.getpid()") not in processes
 
@@ -198,7 +200,7 @@ def test_accelerate_without_cpu_flag_trains_each_process_alone_still_two_ranks(a
     forked process trains on its own (process index 0 of 1). They are still told apart as ranks 0 and 1
     by the launcher's RANK."""
     report = _report(
-        accelerate, "notebook_launcher(train_accelerate, args=(1, STEPS, False), num_processes=2, use_port='29562')"
+        accelerate, f"notebook_launcher(train_accelerate, args=(1, STEPS, False), num_processes=2, use_port='{free_port()}')"
     )
     processes = _processes(accelerate)
     assert sorted(processes.values()) == [["0", "1", "NO", "None"]] * 2, processes

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_client import Kernel
+from kernel_client import Kernel, free_port
 
 pytestmark = pytest.mark.kernel
 
@@ -83,7 +83,7 @@ def _leftovers(kernel: Kernel) -> list[str]:
 @pytest.mark.parametrize("run", [1, 2, 3])
 @pytest.mark.parametrize("world", [2, 4])
 def test_the_leaking_rank_is_named_with_its_holder_and_the_others_are_clean(k: Kernel, world: int, run: int) -> None:
-    report = _run(k, world, 29400 + 10 * world + run)
+    report = _run(k, world, free_port())
     ranks = report["ranks"]
     assert [r["rank"] for r in ranks] == list(range(world)), report
     leaking = ranks[1]
@@ -104,7 +104,7 @@ def test_the_leaking_rank_is_named_with_its_holder_and_the_others_are_clean(k: K
 
 @pytest.mark.both_kernels
 def test_a_rank_killed_mid_run_is_named_with_its_last_readings(k: Kernel) -> None:
-    report = _run(k, 2, 29480, kill_at=80)
+    report = _run(k, 2, free_port(), kill_at=80)
     assert report["status"] == "error"  # the launcher raised ProcessExitedException into the cell
     killed = report["ranks"][1]
     assert killed["status"] == "killed" and killed["ended"] == "SIGKILL", killed

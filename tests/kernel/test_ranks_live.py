@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kernel_client import Execution, Kernel
+from kernel_client import Execution, Kernel, free_port
 
 pytestmark = [pytest.mark.kernel, pytest.mark.both_kernels]
 
@@ -51,7 +51,7 @@ def _status_values(execution: Execution) -> list[tuple[int, str]]:
 def test_each_rank_has_its_own_curve_and_the_worst_rank_is_named_while_they_train(kernel: Kernel) -> None:
     kernel.ok(TRAIN + "import torchmem_magic.hooks, threading")
     execution = kernel.ok(
-        "%%memwatch --interval 50\nmp.start_processes(train, args=(2, 29531, 1), nprocs=2, start_method='fork')",
+        f"%%memwatch --interval 50\nmp.start_processes(train, args=(2, {free_port()}, 1), nprocs=2, start_method='fork')",
         timeout_s=240,
     )
     statuses = _status_values(execution)

@@ -9,9 +9,11 @@ import torchmem_magic
 
 def test_public_api_is_pinned() -> None:
     assert sorted(torchmem_magic.__all__) == [
+        "LeakError",
         "MemcheckResult",
         "MemwatchSession",
         "Report",
+        "assert_no_leak",
         "collect_garbage",
         "last_report",
         "load_ipython_extension",

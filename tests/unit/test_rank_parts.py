@@ -16,7 +16,8 @@ from test_report import GIB, MIB, evidence, timeline
 from torchmem_magic.hooks import TrainingHooks
 from torchmem_magic.model import DeviceMemory, RankSummary, SourceErrors, Suspect
 from torchmem_magic.probes.nvml import NvmlProcesses, normalized_uuid
-from torchmem_magic.ranks.agent import RelayTimeline, is_user_code, training_frame_roots
+from torchmem_magic.ranks.agent import RelayTimeline
+from torchmem_magic.stack_roots import is_user_code
 from torchmem_magic.ranks.merge import (
     first_to_die,
     rank_lines,
@@ -225,18 +226,10 @@ def test_without_a_driver_nvml_says_nothing_rather_than_zero() -> None:
 # ----------------------------------------------------------------------------- where a rank's holders are
 
 
-def test_the_training_functions_locals_are_roots_and_library_frames_are_not() -> None:
-    def train() -> list[Any]:
-        outputs = ["kept"]
-        roots = training_frame_roots(skip=1)
-        assert any(root.obj is outputs for root in roots)
-        return roots
-
-    names = [root.name for root in train()]
-    assert names[0] == "outputs"  # the innermost user frame first
-    assert "HOLDER" not in names  # module globals are the notebook's roots, not a frame's locals
+def test_library_code_is_not_where_a_ranks_holders_are_looked_for() -> None:
     assert is_user_code("<ipython-input-3-abc>") and is_user_code("/tmp/ipykernel_1/2.py")
     assert not is_user_code(os.__file__) and not is_user_code(pytest.__file__) and not is_user_code("<frozen runpy>")
+    assert not is_user_code(RelayTimeline.__init__.__code__.co_filename)  # this package's own frames
 
 
 def test_hooks_firing_in_a_forked_process_go_to_that_process_watcher_only() -> None:

@@ -235,8 +235,10 @@ def test_status_line(name: str) -> None:
 
 
 @pytest.mark.parametrize("build", [full_report, full_memcheck], ids=["report", "memcheck"])
-def test_repr_and_ipython_pretty_print_the_text_form(build: Callable[[], Report | MemcheckResult]) -> None:
+def test_repr_is_one_line_and_ipython_pretty_prints_the_text_form(build: Callable[[], Report | MemcheckResult]) -> None:
     from IPython.lib.pretty import pretty
 
     result = build()
-    assert repr(result) == pretty(result) == str(result)
+    assert pretty(result) == str(result)  # no timeline: no sparklines
+    assert "\n" in str(result)
+    assert "\n" not in repr(result) and repr(result).startswith(f"<{type(result).__name__}: ")

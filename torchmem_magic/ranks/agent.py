@@ -13,17 +13,14 @@ normally, and a rank that is killed leaves what it streamed up to its last quart
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import socket
 import sys
-import sysconfig
 import threading
-from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..scan.results import Root
+from ..stack_roots import StackRoots, StackSources
 from ..timeline import DecimatingSeries, Row, Timeline
 from .protocol import evidence_fields, row_values
 from .settings import RankSettings
@@ -36,56 +33,13 @@ if TYPE_CHECKING:
 
 STREAM_PERIOD_S = 0.25  # a killed rank loses at most this much of its record
 DEVICES_PERIOD_S = 2.0  # how often a rank says which CUDA devices it uses
-_CO_OPTIMIZED = 0x0001  # a function's frame (its locals are not a module's globals)
 
 
 # ----------------------------------------------------------------------------- holders in the training function
 
 
-@functools.lru_cache(maxsize=1)
-def _library_prefixes() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    found.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this package
-    return tuple(sorted(os.path.join(os.path.realpath(p), "") for p in found))
-
-
-def is_user_code(filename: str) -> bool:
-    """A notebook cell or a script of the user's; not the standard library, an installed package or ours."""
-    if filename.startswith("<frozen"):
-        return False
-    if filename.startswith("<"):
-        return True  # <ipython-input-...>, <string>: typed by the user
-    return not os.path.realpath(filename).startswith(_library_prefixes())
-
-
-def training_frame_roots(skip: int = 1) -> list[Root]:
-    """The locals of the user's functions on this thread's stack, innermost first.
-
-    In a rank the training loop usually runs in a function (`def train(rank, world): history = []`),
-    so what leaks is a local variable, not a global; scans during the run happen at step boundaries
-    on the training thread, where those frames are alive."""
-    roots: list[Root] = []
-    seen: set[str] = set()
-    frame: FrameType | None = sys._getframe(skip)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_flags & _CO_OPTIMIZED and is_user_code(code.co_filename):
-            for name, value in list(frame.f_locals.items()):
-                if name in seen or name.startswith("_"):
-                    continue
-                seen.add(name)
-                roots.append(Root(name, "user", name, value))
-        frame = frame.f_back
-    del frame
-    return roots
-
-
-def rank_roots(shared: Callable[[], list[Root]] | None) -> list[Root]:
-    """The training function's locals, then the shared roots (a notebook's names) they do not shadow."""
-    local = training_frame_roots(skip=2)
-    names = {root.name for root in local}
-    return local + [root for root in (shared() if shared is not None else []) if root.name not in names]
+def _no_roots() -> list[Root]:
+    return []
 
 
 def script_roots() -> list[Root]:
@@ -183,12 +137,13 @@ class RankAgent:
         from ..session import MemwatchSession
 
         settings = self.settings
+        sources = list(settings.sources or script_sources())  # the roots add the functions they meet
         self.session = MemwatchSession(
             settings.interval_ms,
             shm_path=settings.shm_path,
             listener=self,
-            roots=functools.partial(rank_roots, settings.roots) if settings.scan else None,
-            sources=list(settings.sources or script_sources()),
+            roots=StackRoots(settings.roots or _no_roots, StackSources(sources)) if settings.scan else None,
+            sources=sources,
             timeline=RelayTimeline(self.outbox),
             adopt_hooks=hooks,
             watch_ranks=False,

@@ -368,3 +368,53 @@ def memcheck_html(result: MemcheckData) -> str:
         + (f"<ul>{advice}</ul>" if advice else "")
         + "</div>"
     )
+
+
+# ----------------------------------------------------------------------------- one-line forms
+
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: tuple[float, ...] | list[float], min_span: float = 0.0) -> str:
+    """'▁▂▃▅▇█': one bar per value, scaled from the lowest to the highest, over at least `min_span`
+    (so a curve's noise is not drawn as a climb; flat: all '▁')."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return ""
+    low, high = min(finite), max(finite)
+    span = max(high - low, min_span)
+    top = len(SPARK_BARS) - 1
+    return "".join(
+        " " if not math.isfinite(v) else SPARK_BARS[0 if span <= 0 else min(top, int((v - low) / span * top + 0.5))]
+        for v in values
+    )
+
+
+def verdict_rate(report: ReportData) -> str | None:
+    """'heap +1.0 MiB/step': the growth the verdict is about."""
+    summary = {"ram": report.ram, "heap": report.heap, "vram": report.vram, "shm": report.shm}.get(report.resource or "")
+    if summary is None or summary.per_step_bytes is None:
+        return None
+    return f"{report.resource} {format_per_step(summary.per_step_bytes, report.clock)}"
+
+
+def report_oneline(report: ReportData) -> str:
+    """'<Report: leak · 200 steps · heap +1.0 MiB/step>': the repr, like IPython's `<TimeitResult : …>`."""
+    parts = [report.verdict + (f" ({report.status})" if report.status != "ok" else "")]
+    parts.append(count_noun(report.steps, report.clock) if report.clock != "time" else format_duration(report.wall_s))
+    rate = verdict_rate(report)
+    if rate is not None and report.verdict in ("leak", "suspect"):
+        parts.append(rate)
+    if report.worst_rank is not None and report.verdict != "clean":
+        parts.append(f"worst rank {report.worst_rank}")
+    elif report.ranks:
+        parts.append(_count(len(report.ranks), "rank"))
+    return f"<Report: {' · '.join(parts)}>"
+
+
+def memcheck_oneline(result: MemcheckData) -> str:
+    """'<MemcheckResult: history · 188 tensors · 12.0 MiB retained>'."""
+    return (
+        f"<MemcheckResult: {result.expr or 'namespace'} · {_count(result.tensors, 'tensor')}"
+        f" · {format_bytes(result.retained_bytes)} retained>"
+    )

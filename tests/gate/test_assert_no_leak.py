@@ -1,0 +1,148 @@
+"""`assert_no_leak` in-process: a leaking loop fails with its holder and fix, a clean one passes,
+the block's own exception wins, and nothing is left running either way."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import threading
+
+import pytest
+from gate_loops import STEPS, make_model, metric, train_keeping_graphs, train_step
+
+import torchmem_magic
+from torchmem_magic import LeakError, assert_no_leak, memwatch
+from torchmem_magic.gate import LeakGate, leak_message
+from torchmem_magic.hooks import installed_hook_count
+from torchmem_magic.sampler import THREAD_NAME
+from torchmem_magic.session import active_session
+
+
+def _nothing_left_behind() -> None:
+    assert installed_hook_count() == 0
+    assert not [t for t in threading.enumerate() if t.name == THREAD_NAME]
+    assert active_session() is None
+
+
+def test_the_package_under_test_is_this_checkout() -> None:
+    import pathlib
+
+    assert pathlib.Path(torchmem_magic.__file__).parent == pathlib.Path(__file__).parents[2] / "torchmem_magic"
+
+
+@pytest.fixture(scope="module")
+def leak_error() -> LeakError:
+    """One gated run of a loop that keeps each step's metric with its graph in the test's local list."""
+    model, optimizer = make_model()
+    history = []
+    with pytest.raises(LeakError) as caught:
+        with assert_no_leak(20, quiet=True):
+            for _ in range(STEPS):
+                train_step(model, optimizer)
+                history.append(metric(model))
+    _nothing_left_behind()
+    return caught.value
+
+
+def test_a_leak_in_a_local_of_the_test_fails_with_the_holder_and_its_fix(leak_error: LeakError) -> None:
+    assert isinstance(leak_error, AssertionError)
+    assert leak_error.report.verdict == "leak"
+    lines = str(leak_error).splitlines()
+    assert lines[0].startswith("memwatch verdict: leak over 200 steps — ")
+    assert lines[0].endswith(leak_error.report.advice[0])
+    assert lines[1].startswith("top holder: history ") and "autograd-graph" in lines[1]  # (+growth when scans saw it grow)
+    assert lines[2] == f"fix: {leak_error.report.suspects[0].fix}" and "torch.no_grad()" in lines[2]
+    assert "history.append(metric(model))" in lines[2]  # found in the function that fills it
+
+
+def test_a_leak_in_a_helpers_local_is_named_though_the_helper_returned() -> None:
+    with pytest.raises(LeakError) as caught:
+        with assert_no_leak(20, quiet=True):
+            train_keeping_graphs()
+    _nothing_left_behind()
+    assert "\ntop holder: kept_metrics " in str(caught.value)
+    assert "kept_metrics.append(metric(model))" in str(caught.value)  # the helper's file was read too
+
+
+def test_the_script_api_names_a_helpers_local_too() -> None:
+    with memwatch(20, quiet=True) as w:
+        train_keeping_graphs()
+    assert w.report is not None and w.report.verdict == "leak"
+    assert [s.name for s in w.report.suspects][:1] == ["kept_metrics"]
+
+
+def test_a_clean_loop_passes() -> None:
+    model, optimizer = make_model()
+    history = []
+    with assert_no_leak(20, quiet=True) as w:
+        for _ in range(STEPS):
+            train_step(model, optimizer)
+            history.append(metric(model).item())
+    _nothing_left_behind()
+    assert w.report is not None and w.report.verdict != "leak"
+    assert w.report.steps == STEPS
+
+
+def test_the_blocks_exception_propagates_unchanged() -> None:
+    model, optimizer = make_model()
+    history = []
+    failure = ValueError("the loop's own failure")
+    with pytest.raises(ValueError) as caught:
+        with assert_no_leak(20, quiet=True) as w:
+            for _ in range(STEPS):
+                train_step(model, optimizer)
+                history.append(metric(model))  # leaks, but the block's error is what the test sees
+            raise failure
+    assert caught.value is failure
+    _nothing_left_behind()
+    assert w.report is not None and w.report.status == "error"
+
+
+def test_a_failed_start_leaves_nothing_behind() -> None:
+    with memwatch(quiet=True, scan=False):
+        with pytest.raises(RuntimeError, match="only one memwatch session"):
+            with assert_no_leak(quiet=True):
+                pass
+    _nothing_left_behind()
+
+
+@pytest.mark.parametrize("fail_on", [(), ("clean",), ("leak", "oops")])
+def test_fail_on_takes_only_verdicts_that_mean_trouble(fail_on: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError, match="fail_on"):
+        assert_no_leak(fail_on=fail_on)
+
+
+def test_an_unknown_option_is_refused_where_the_gate_is_written() -> None:
+    with pytest.raises(TypeError, match="unknown option intervall_ms; the options are device, interval_ms"):
+        LeakGate({}, intervall_ms=20)
+
+
+def test_fail_on_suspect_fails_a_suspect_run_that_passes_by_default() -> None:
+    # a handful of steps: too few for the curves, and the graphs new in the block make it "suspect"
+    model, optimizer = make_model()
+    history = []
+    with assert_no_leak(quiet=True) as w:
+        for _ in range(3):
+            train_step(model, optimizer)
+            history.append(metric(model))
+    assert w.report is not None and w.report.verdict == "suspect"
+    history.clear()
+    with pytest.raises(LeakError, match="^memwatch verdict: suspect"):
+        with assert_no_leak(quiet=True, fail_on="suspect"):
+            for _ in range(3):
+                train_step(model, optimizer)
+                history.append(metric(model))
+    _nothing_left_behind()
+
+
+def test_the_message_without_a_named_holder_says_where_it_looked(leak_error: LeakError) -> None:
+    report = dataclasses.replace(leak_error.report, suspects=())
+    message = leak_message(report)
+    assert message.splitlines()[1].startswith("top holder: none named (the leak finder looks at the locals")
+    assert "fix:" not in message
+
+
+def test_a_leak_error_survives_pickling_with_its_report(leak_error: LeakError) -> None:
+    copy = pickle.loads(pickle.dumps(leak_error))
+    assert isinstance(copy, LeakError) and f"{LeakError.__module__}.{LeakError.__name__}" == "torchmem_magic.LeakError"
+    assert str(copy) == str(leak_error) and copy.report.verdict == "leak"
