@@ -1,7 +1,8 @@
 # Everything runs in a local virtual environment that these targets create on first use.
 #   make lab    set up, then open the teaching notebook in JupyterLab
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
-#   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls)
+#   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls);
+#               the kernel tests marked both_kernels run in ipykernel 7 and in ipykernel 6 (see ipykernel6)
 #   make bench  set up, then run the benchmarks and rewrite their table in README.md
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,10 +10,16 @@ BIN := $(VENV)/bin
 # The CPU wheel this project is developed with; a plain `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# ipykernel 6 (no kernel subshells) for the kernel tests' matrix: a second venv with the same torch wheel, this
+# checkout (editable) and ipykernel<7, as a user of ipykernel 6 has it (one environment: layering ipykernel 6
+# over this venv through PYTHONPATH made its frames look like user code to the ranks' holder scans)
+IPYKERNEL6 ?= .venv-ipykernel6
+IPYKERNEL6_SPEC ?= ipykernel>=6.29,<7
+IPYKERNEL6_STAMP := $(IPYKERNEL6)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup browser-deps lab demo test bench clean
+.PHONY: setup ipykernel6 browser-deps lab demo test bench clean
 
 setup: $(STAMP)
 
@@ -20,6 +27,17 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test,lab]" "$(TORCH_SPEC)"
+	touch $@
+
+ipykernel6: $(IPYKERNEL6_STAMP)
+
+$(IPYKERNEL6_STAMP): pyproject.toml
+	rm -rf $(IPYKERNEL6)
+	$(PYTHON) -m venv $(IPYKERNEL6)
+	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check -e . "$(TORCH_SPEC)" "$(IPYKERNEL6_SPEC)"
+	$(IPYKERNEL6)/bin/python -c "import ipykernel; assert ipykernel.__version__.startswith('6.'), ipykernel.__version__; \
+		print('ipykernel', ipykernel.__version__)"
 	touch $@
 
 lab: setup
@@ -31,12 +49,12 @@ demo: setup
 browser-deps:
 	tools/ensure_chromium.sh
 
-test: setup browser-deps
+test: setup ipykernel6 browser-deps
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest
+	TORCHMEM_REQUIRE_IPYKERNEL6=1 $(BIN)/python -m pytest
 
 bench: setup
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(IPYKERNEL6) .pytest_cache

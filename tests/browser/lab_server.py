@@ -51,8 +51,9 @@ class Lab:
 
 
 @contextmanager
-def running_lab(base: Path) -> Iterator[Lab]:
-    """Start JupyterLab with fresh config/runtime/workspace dirs under `base`; always stop it."""
+def running_lab(base: Path, app: str = "jupyterlab") -> Iterator[Lab]:
+    """Start JupyterLab (or `app="notebook"`: the classic Notebook 7, the same server with another front end)
+    with fresh config/runtime/workspace dirs under `base`; always stop it."""
     dirs = {name: base / name for name in ("config", "runtime", "ipython", "workspaces", "settings", "notebooks")}
     for d in dirs.values():
         d.mkdir()
@@ -77,10 +78,13 @@ def running_lab(base: Path) -> Iterator[Lab]:
     log = (base / "lab.log").open("w")
     server = subprocess.Popen(
         [
-            sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
+            sys.executable, "-m", app, "--no-browser", f"--port={port}", f"--ServerApp.token={token}",
             "--ServerApp.ip=127.0.0.1", f"--notebook-dir={dirs['notebooks']}", "--allow-root",
-            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.expose_app_in_browser=True",
+            *(
+                ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                 "--LabApp.expose_app_in_browser=True"]
+                if app == "jupyterlab" else ["--JupyterNotebookApp.expose_app_in_browser=True"]
+            ),
         ],
         env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
     )
@@ -93,7 +97,7 @@ def running_lab(base: Path) -> Iterator[Lab]:
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("JupyterLab did not start:\n" + (base / "lab.log").read_text()[-3000:])
+                    raise RuntimeError(f"{app} did not start:\n" + (base / "lab.log").read_text()[-3000:])
                 time.sleep(0.5)
         yield Lab(url, token, dirs["notebooks"])
     finally:

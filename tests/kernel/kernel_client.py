@@ -6,11 +6,14 @@ import json
 import queue
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 
@@ -50,19 +53,52 @@ class Execution:
         return [m["content"]["data"] for m in self.of_type("execute_result")]
 
 
+REPO = Path(__file__).resolve().parents[2]
+# ipykernel 6 (no subshells) in a venv of its own beside the project's: `make test` creates it with the same
+# torch wheel, this checkout installed editable, and ipykernel<7 (one environment, as a user of ipykernel 6 has)
+IPYKERNEL6 = REPO / ".venv-ipykernel6"
+FLAVOURS = ("ipykernel7", "ipykernel6")
+
+
+def kernel_python(flavour: str) -> str:
+    """The interpreter a kernel of this flavour runs in."""
+    if flavour == "ipykernel7":
+        return sys.executable  # the project's venv, whatever kernelspecs the machine has
+    if flavour == "ipykernel6":
+        return str(IPYKERNEL6 / "bin" / "python")
+    raise ValueError(flavour)
+
+
 class Kernel:
-    def __init__(self) -> None:
-        self.km = KernelManager(kernel_name="python3")
-        # this interpreter (the project's venv), whatever kernelspecs the machine has
-        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        self.km.start_kernel(extra_arguments=[])
+    def __init__(self, flavour: str = "ipykernel7") -> None:
+        self.flavour = flavour
+        # a kernelspec of our own names the interpreter (jupyter_client 8 ignores KernelManager.kernel_cmd)
+        self._spec_dir = tempfile.TemporaryDirectory(prefix="torchmem-kernelspec-")
+        spec = Path(self._spec_dir.name) / flavour
+        spec.mkdir()
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [kernel_python(flavour), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": f"Python 3 ({flavour})", "language": "python",
+        }))
+        self.km = KernelManager(
+            kernel_name=flavour, kernel_spec_manager=KernelSpecManager(kernel_dirs=[self._spec_dir.name])
+        )
+        self.km.start_kernel()
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        self.ipykernel_version: str = self.value("__import__('ipykernel').__version__", store_history=False)
 
-    def execute(self, code: str, timeout_s: float = 120.0, interrupt_after_s: float | None = None) -> Execution:
+    @property
+    def has_subshells(self) -> bool:
+        """ipykernel 7+: comm messages can run while a cell is busy."""
+        return int(self.ipykernel_version.split(".")[0]) >= 7
+
+    def execute(
+        self, code: str, timeout_s: float = 120.0, interrupt_after_s: float | None = None, store_history: bool = True
+    ) -> Execution:
         """Run `code`; collect iopub until the kernel is idle again; note when the reply arrived."""
-        msg_id = self.kc.execute(code, store_history=True)
+        msg_id = self.kc.execute(code, store_history=store_history)
         deadline = time.monotonic() + timeout_s
         interrupt_at = None if interrupt_after_s is None else time.monotonic() + interrupt_after_s
         execution = Execution(reply={})
@@ -99,9 +135,9 @@ class Kernel:
             pytest.fail(f"cell failed: {error.get('ename')}: {error.get('evalue')}\n" + "\n".join(error.get("traceback", [])))
         return execution
 
-    def value(self, expr: str) -> Any:
+    def value(self, expr: str, store_history: bool = True) -> Any:
         """Evaluate `expr` in the kernel and return it through JSON."""
-        execution = self.ok(f"import json as _j; print(_j.dumps({expr}))")
+        execution = self.ok(f"import json as _j; print(_j.dumps({expr}))", store_history=store_history)
         return json.loads(execution.stdout.strip().splitlines()[-1])
 
     def send_comm(self, comm_id: str, data: dict[str, Any], subshell_id: str | None = None) -> str:
@@ -142,6 +178,7 @@ class Kernel:
     def shutdown(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        self._spec_dir.cleanup()
 
 
 def free_port() -> int:

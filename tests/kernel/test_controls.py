@@ -59,6 +59,7 @@ def _memwatch_cell(k: Kernel, body: str) -> tuple[Execution, dict[str, str]]:
     return execution, _widget_ids(execution.iopub)
 
 
+@pytest.mark.both_kernels
 def test_gc_button_frees_a_dropped_cycle_and_says_how_much(k: Kernel) -> None:
     _, ids = _memwatch_cell(
         k,
@@ -74,6 +75,7 @@ def test_gc_button_frees_a_dropped_cycle_and_says_how_much(k: Kernel) -> None:
     assert any("gc + empty_cache: RSS" in r and "heap" in r for r in _results(messages))
 
 
+@pytest.mark.both_kernels
 def test_release_button_frees_output_cache_and_traceback(k: Kernel) -> None:
     k.ok("shown = torch.ones(50 << 20, dtype=torch.uint8)")
     k.ok("shown")
@@ -87,6 +89,7 @@ def test_release_button_frees_output_cache_and_traceback(k: Kernel) -> None:
 
 
 def test_mid_run_click_acts_at_a_step_and_stop_ends_the_loop(k: Kernel) -> None:
+    # ipykernel 7 only (the default flavour): a subshell is what lets a click run while the cell is busy
     subshell = k.create_subshell()
     msg_id = k.kc.execute(
         "%%memwatch --interval 50\n"
@@ -119,6 +122,7 @@ def test_mid_run_click_acts_at_a_step_and_stop_ends_the_loop(k: Kernel) -> None:
     assert step_at_click <= report["steps"] <= step_at_click + 40, (step_at_click, report["steps"])
 
 
+@pytest.mark.both_kernels
 def test_sharing_strategy_toggle_and_dataloaders_under_each(k: Kernel) -> None:
     _, ids = _memwatch_cell(k, "x = 1\n")
     loader = (
@@ -132,3 +136,51 @@ def test_sharing_strategy_toggle_and_dataloaders_under_each(k: Kernel) -> None:
         k.iopub_until(lambda m: f"sharing strategy {strategy}" in str(m["content"].get("data", {})))
         assert k.value("torch.multiprocessing.get_sharing_strategy()") == strategy
         assert "64" in k.ok(loader).results()[-1]["text/plain"]
+
+
+NOTE_MID_RUN = "clicks act mid-run, at the next step"
+NOTE_AT_END = "this kernel handles clicks once the cell has finished"
+
+
+def _notes(messages: list[dict[str, Any]]) -> list[str]:
+    return [
+        str(m["content"]["data"]["state"].get("value", ""))
+        for m in messages
+        if m["msg_type"] == "comm_open" and "clicks" in str(m["content"]["data"].get("state", {}).get("value", ""))
+    ]
+
+
+@pytest.mark.both_kernels
+def test_without_a_subshell_clicks_act_when_the_cell_ends_and_the_ui_says_which(k: Kernel) -> None:
+    """ipykernel 6 has no subshells: a click waits in the shell queue until the cell ends (so does one that a
+    front end sends to the main shell of ipykernel 7). The note under the buttons tells the user which it is."""
+    msg_id = k.kc.execute(
+        "%%memwatch --interval 50\n"
+        "import time\n"
+        "model = torch.nn.Linear(8, 8); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(150):\n"
+        "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"
+        "    time.sleep(0.02)\n"
+        "print('loop finished')\n"
+    )
+    seen = k.iopub_until(lambda m: m["msg_type"] == "comm_msg" and _status_step(m) >= 5)
+    notes = _notes(seen)
+    expected = NOTE_MID_RUN if k.has_subshells else NOTE_AT_END
+    assert len(notes) == 1 and expected in notes[0], (k.ipykernel_version, notes)
+    ids = _widget_ids(seen)
+    k.click(ids["gc + empty_cache"])  # on the main shell, as a front end without subshells sends it
+    k.click(ids["Stop"])
+    seen += k.iopub_until(lambda m: "gc + empty_cache: RSS" in str(m["content"].get("data", {})), timeout_s=60)
+    reply = k.kc.get_shell_msg(timeout=30)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = k.kc.get_shell_msg(timeout=30)
+    assert reply["content"]["status"] == "ok"
+    # the loop ran to its end: the clicks were handled after the cell, the Stop came too late to stop anything
+    assert any(m["msg_type"] == "stream" and "loop finished" in m["content"]["text"] for m in seen)
+    done = next(i for i, m in enumerate(seen) if m["msg_type"] == "status" and m["parent_header"].get("msg_id") == msg_id
+                and m["content"]["execution_state"] == "idle")
+    acted = next(i for i, m in enumerate(seen) if "gc + empty_cache: RSS" in str(m["content"].get("data", {})))
+    assert acted > done, "without a subshell the click cannot act before the cell has ended"
+    assert not any("queued: runs at the next step" in r for r in _results(seen))
+    report = k.value("torchmem_magic.last_report().to_dict()")
+    assert report["status"] == "ok" and report["steps"] == 150

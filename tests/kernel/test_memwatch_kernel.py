@@ -7,7 +7,8 @@ import re
 import pytest
 from kernel_client import Execution, Kernel
 
-pytestmark = pytest.mark.kernel
+# the basics run in both kernels of the matrix (ipykernel 7 and 6)
+pytestmark = [pytest.mark.kernel, pytest.mark.both_kernels]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
