@@ -198,6 +198,7 @@ class RankSummary(_SchemaDict):
     ended: str | None = None
     wall_s: float = 0.0
     last_seen_s: float = 0.0  # seconds into the watch of its last message
+    stalled_s: float = 0.0  # how long it had made no step when its last message came
     local_rank: int | None = None
     advice: tuple[str, ...] = ()
     dropped_messages: int = field(default=0, metadata={"key": "dropped"})  # lost to a full transport buffer

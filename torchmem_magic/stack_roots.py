@@ -29,16 +29,27 @@ def _library_prefixes() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
     found.add(os.path.dirname(os.path.abspath(__file__)))  # this package
+    try:
+        import site
+
+        found.add(site.getusersitepackages())  # pip install --user
+    except Exception:
+        pass
     return tuple(sorted(os.path.join(os.path.realpath(p), "") for p in found))
 
 
+_INSTALLED_DIRS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
 def is_user_code(filename: str) -> bool:
-    """A notebook cell or a script of the user's; not the standard library, an installed package or ours."""
+    """A notebook cell or a script of the user's; not the standard library, an installed package or ours
+    (installed anywhere: another environment's site-packages on PYTHONPATH, `pip --target`, the user site)."""
     if filename.startswith("<frozen"):
         return False
     if filename.startswith("<"):
         return True  # <ipython-input-...>, <string>: typed by the user
-    return not os.path.realpath(filename).startswith(_library_prefixes())
+    path = os.path.realpath(filename)
+    return not path.startswith(_library_prefixes()) and not any(d in path for d in _INSTALLED_DIRS)
 
 
 def _function_source(code: CodeType) -> str | None:

@@ -171,6 +171,11 @@ def test_the_rank_that_died_first_is_the_worst_and_the_ones_its_launcher_stopped
     assert lines[0].startswith("rank 1 (pid 1001) stopped without finishing (SIGKILL) at 5.0 s; last readings: RAM")
     assert lines[1].endswith("(after another rank died: launchers stop the rest)")
     assert first_to_die((stopped, unknown)) is stopped  # no witness: the first to go silent
+    # no exit status (torchrun reaps its workers): the one still stepping when it went silent died; the
+    # other was waiting for it in an all-reduce until its launcher stopped it, a little after
+    waiting = _rank(0, status="killed", ended=None, last_seen_s=4.9, stalled_s=0.5)
+    stepping = _rank(1, status="killed", ended=None, last_seen_s=5.0, stalled_s=0.0)
+    assert first_to_die((waiting, stepping)) is stepping
 
 
 def test_a_rank_at_its_ram_limit_when_it_died_was_most_likely_oom_killed() -> None:
@@ -230,6 +235,10 @@ def test_library_code_is_not_where_a_ranks_holders_are_looked_for() -> None:
     assert is_user_code("<ipython-input-3-abc>") and is_user_code("/tmp/ipykernel_1/2.py")
     assert not is_user_code(os.__file__) and not is_user_code(pytest.__file__) and not is_user_code("<frozen runpy>")
     assert not is_user_code(RelayTimeline.__init__.__code__.co_filename)  # this package's own frames
+    # a package installed outside this environment's own paths (PYTHONPATH, pip --target, the user site)
+    assert not is_user_code("/opt/other-env/lib/python3.11/site-packages/ipykernel/kernelbase.py")
+    assert not is_user_code("/usr/lib/python3/dist-packages/foo/bar.py")
+    assert is_user_code("/home/me/project/train.py")
 
 
 def test_hooks_firing_in_a_forked_process_go_to_that_process_watcher_only() -> None:

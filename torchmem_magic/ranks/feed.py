@@ -48,6 +48,7 @@ class RankFeed:
     counts: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0  # the rank's own seconds at its last message
     last_seen_s: float = 0.0  # the watcher's seconds at its last message
+    progress_s: float = 0.0  # the watcher's seconds at the last message that brought more steps
     dropped: int = 0
     holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     suspects: tuple[Suspect, ...] = ()
@@ -172,8 +173,11 @@ class RankFeeds:
             feed.heap_available = bool(message.get("heap_available", False))
         elif kind == "events":
             apply_events(feed.timeline, message.get("events", []))
+            steps_before = feed.steps
             feed.clock = str(message.get("clock", feed.clock))
             feed.counts = dict(message.get("counts", feed.counts))
+            if feed.steps > steps_before:
+                feed.progress_s = now_s
             feed.elapsed_s = float(message.get("t_s", feed.elapsed_s))
             feed.dropped = int(message.get("dropped", feed.dropped))
         elif kind == "holders":
@@ -206,7 +210,8 @@ class RankFeeds:
                 report = assemble_report(evidence_from(feed.evidence_fields(), feed.timeline))
                 out.append(summary_of(
                     report, rank=numbers[pid], pid=pid, host=feed.host, status=status, ended=ended,
-                    last_seen_s=feed.last_seen_s, local_rank=feed.local_rank, dropped=feed.dropped,
+                    last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s,
+                    local_rank=feed.local_rank, dropped=feed.dropped,
                     cuda_contexts=tuple(
                         {"device": uuid, "used": used, "own": uuid in feed.cuda_devices}
                         for uuid, used in sorted(feed.cuda_contexts.items())

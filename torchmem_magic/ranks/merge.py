@@ -29,6 +29,7 @@ def summary_of(
     status: str | None = None,
     ended: str | None = None,
     last_seen_s: float = 0.0,
+    stalled_s: float = 0.0,
     local_rank: int | None = None,
     dropped: int = 0,
     cuda_contexts: tuple[dict[str, Any], ...] = (),
@@ -48,7 +49,7 @@ def summary_of(
         clock=report.clock,
         per_step_bytes=rates.get(report.resource) if report.resource else None,
         epochs=report.epochs,
-        status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s,
+        status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
         cuda_contexts=cuda_contexts,
     )
@@ -62,15 +63,22 @@ def _peak_bytes(rank: RankSummary) -> int:
 
 #: how launchers stop the other ranks once one died
 STOPPED_BY_LAUNCHER = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+STALLED_S = 0.1  # a rank whose last messages brought no new steps for longer had stopped stepping
 
 
 def first_to_die(ranks: Sequence[RankSummary]) -> RankSummary | None:
     """The rank whose death ended the run: one known to have died of something else than the
-    launcher's stop signal, else the one that went silent first (streams are a quarter second apart,
-    so the exit status, where known, is the better witness)."""
+    launcher's stop signal; else one that was still making steps when it went silent (the others,
+    waiting in a collective for it, had stopped stepping before their launcher stopped them); else
+    the one that went silent first. Streams are a quarter second apart, so silence alone is a weak
+    witness."""
     killed = [r for r in ranks if r.status == "killed"]
+    if not killed:
+        return None
     witnessed = [r for r in killed if r.ended is not None and r.ended not in STOPPED_BY_LAUNCHER]
-    return min(witnessed or killed, key=lambda r: r.last_seen_s) if killed else None
+    if witnessed:
+        return min(witnessed, key=lambda r: r.last_seen_s)
+    return min(killed, key=lambda r: (r.stalled_s > STALLED_S, r.last_seen_s))
 
 
 def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:
