@@ -39,7 +39,6 @@ class RankSink:
             self.close()
             raise
         self._owner_pid = os.getpid()
-        self.received = 0  # messages
 
     def receive(self) -> list[dict[str, Any]]:
         """Every message waiting now (non-blocking)."""
@@ -54,7 +53,6 @@ class RankSink:
             message = decode(data)
             if message is not None:
                 messages.append(message)
-        self.received += len(messages)
         return messages
 
     def close(self) -> None:
@@ -113,7 +111,6 @@ class RankSender:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         self._socket.setblocking(False)
         self._lock = threading.Lock()  # the sampler thread and the exit path may both send
-        self.sent = 0
         self.failed = 0
         self.gone = False  # the watcher's socket no longer exists (it ended before this rank)
 
@@ -130,7 +127,6 @@ class RankSender:
                 self.failed += 1
                 self.gone = True
                 return False
-        self.sent += 1
         return True
 
     def send_patiently(self, message: dict[str, Any], timeout_s: float = 2.0) -> bool:
