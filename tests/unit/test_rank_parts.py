@@ -36,6 +36,7 @@ from torchmem_magic.ranks.transport import Outbox, RankSender, RankSink
 from torchmem_magic.render.text import report_text
 from torchmem_magic.report import assemble_report
 from torchmem_magic.timeline import Timeline
+from torchmem_magic.units import format_bytes
 
 HOLDER = Suspect("outputs", "outputs[0]", "autograd-graph", 40, 80, 3 * MIB, True, "outputs.append(out.detach())",
                  growth_per_step=65536.0, series=tuple((s, 65536 * s) for s in (0, 10, 20, 30, 40, 50)), first_seen_step=1)
@@ -145,6 +146,10 @@ def test_the_leaking_rank_is_the_worst_and_decides_the_verdict() -> None:
     table = text.split("  ranks:\n")[1].splitlines()
     assert table[0].split()[:3] == ["rank", "pid", "steps"] and table[2].split()[:3] == ["1", "1001", "200"]
     assert "leak (per-iteration)" in table[2] and "clean" in table[1]
+    leaking = ranks[1]
+    assert leaking.heap is not None
+    ram_at, heap_at = table[2].index(format_bytes(leaking.ram.peak_bytes)), table[2].index(format_bytes(leaking.heap.peak_bytes))
+    assert ram_at < heap_at and table[0].index("RAM peak") < table[0].index("heap peak")  # each under its header
 
 
 def test_all_clean_ranks_make_a_clean_run_and_a_single_process_run_has_no_ranks() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import bqplot
@@ -102,10 +103,7 @@ class LiveFigure:
             x=np.zeros(0), y=np.zeros(0), scales={"x": self.x_scale, "y": self.y_scale},
             display_legend=True, stroke_width=2,
         )
-        self.epoch_lines = bqplot.Lines(
-            x=np.zeros((1, 2)), y=np.array([[0.0, 1.0]]), scales={"x": self.x_scale, "y": self.marker_scale},
-            colors=["#999999"], line_style="dashed", stroke_width=1, visible=False,
-        )
+        self.epoch_lines = self._epoch_marks()
         self.x_axis = bqplot.Axis(scale=self.x_scale, label="time (s)")
         self.y_axis = bqplot.Axis(scale=self.y_scale, side="left", label="MiB", tick_format=",.0f")
         self.figure = bqplot.Figure(
@@ -134,6 +132,13 @@ class LiveFigure:
             layout=ipywidgets.Layout(width="100%"),
         )
 
+    def _epoch_marks(self) -> Any:
+        """Dashed vertical lines over a panel's whole height, one per epoch (hidden until there are some)."""
+        return bqplot.Lines(
+            x=np.zeros((1, 2)), y=np.array([[0.0, 1.0]]), scales={"x": self.x_scale, "y": self.marker_scale},
+            colors=["#999999"], line_style="dashed", stroke_width=1, visible=False,
+        )
+
     def _build_ranks_panel(self) -> None:
         """A second panel for the ranks, under the first and on its x scale (so both line up in time
         or steps), shown once a rank streams. Its own y axis: a rank's heap (tens of MiB) would be
@@ -153,10 +158,7 @@ class LiveFigure:
             fill="between", colors=["#888888", "#888888"], fill_colors=["#bbbbbb"], fill_opacities=[0.35],
             visible=False,
         )
-        self.rank_epoch_lines = bqplot.Lines(
-            x=np.zeros((1, 2)), y=np.array([[0.0, 1.0]]), scales={"x": self.x_scale, "y": self.marker_scale},
-            colors=["#999999"], line_style="dashed", stroke_width=1, visible=False,
-        )
+        self.rank_epoch_lines = self._epoch_marks()
         self.rank_x_axis = bqplot.Axis(scale=self.x_scale, label="time (s)")
         self.rank_y_axis = bqplot.Axis(scale=self.rank_y_scale, side="left", label="MiB", tick_format=",.0f")
         self.rank_figure = bqplot.Figure(
@@ -239,11 +241,7 @@ class LiveFigure:
                     self.lines.colors = [c[2] for c in curves]
             self.y_scale.max = _y_max(peak, unit, len(curves))
             self.y_axis.label = unit_name
-            with self.epoch_lines.hold_sync():
-                if markers:
-                    self.epoch_lines.x = np.repeat(np.asarray(markers, dtype=np.float64)[:, None], 2, axis=1)
-                    self.epoch_lines.y = np.tile([0.0, 1.0], (len(markers), 1))
-                self.epoch_lines.visible = bool(markers)
+            _show_epochs(self.epoch_lines, markers)
             self.x_axis.label = self._x_label(session, by_steps, worst_feed if mapped else None)
             if ranks is not None:
                 self._draw_ranks(ranks, by_steps, worst_feed)
@@ -287,11 +285,7 @@ class LiveFigure:
                 self.rank_band.y = np.vstack([band.low_bytes, band.high_bytes]) / unit
                 self.rank_band.labels = [f"min of {band.ranks} ranks", f"max of {band.ranks} ranks"]
             self.rank_band.visible = self.rank_band.display_legend = band is not None  # a hidden mark keeps its legend entry
-        with self.rank_epoch_lines.hold_sync():
-            if ranks.epochs_x:
-                self.rank_epoch_lines.x = np.repeat(np.asarray(ranks.epochs_x, dtype=np.float64)[:, None], 2, axis=1)
-                self.rank_epoch_lines.y = np.tile([0.0, 1.0], (len(ranks.epochs_x), 1))
-            self.rank_epoch_lines.visible = bool(ranks.epochs_x)
+        _show_epochs(self.rank_epoch_lines, ranks.epochs_x)
         self.rank_y_scale.min, self.rank_y_scale.max = _zoomed(ranks.low_bytes, peak, unit, entries)
         self.rank_y_axis.label = unit_name
         self.rank_x_axis.label = (
@@ -301,3 +295,12 @@ class LiveFigure:
         children = self.widget.children
         if self.rank_figure not in children:  # not rendered at all in a single-process run
             self.widget.children = (*children[:2], self.rank_figure, *children[2:])
+
+
+def _show_epochs(marks: Any, xs: Sequence[float]) -> None:
+    """Move a panel's epoch lines to `xs` (hidden when there are none), in one message."""
+    with marks.hold_sync():
+        if xs:
+            marks.x = np.repeat(np.asarray(xs, dtype=np.float64)[:, None], 2, axis=1)
+            marks.y = np.tile([0.0, 1.0], (len(xs), 1))
+        marks.visible = bool(xs)
