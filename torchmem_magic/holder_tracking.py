@@ -144,6 +144,11 @@ class HolderTracker:
             self._series.clear()
             self.last_stats.clear()
 
+    def tracked(self) -> set[str]:
+        """The names measured as holders during the run (their figures change: never reused)."""
+        with self._lock:
+            return set(self._series)
+
     def snapshot(self) -> dict[str, list[tuple[int, int]]]:
         with self._lock:
             return {name: list(points) for name, points in self._series.items()}

@@ -43,6 +43,7 @@ from .report import (
 )
 from .sampler import Sampler
 from .scan.results import Budget, Root
+from .scan.memo import ScanMemo, scan_reusing
 from .scan.scanner import scan_roots
 from .step_requests import StepRequests
 from .step_sampling import StepSamplingPolicy
@@ -81,6 +82,8 @@ class _Registry:
         self.lock = threading.Lock()
         self.active: MemwatchSession | None = None
         self.last: Report | None = None
+        # names' scan results from one session to the next: an unchanged name is not scanned again
+        self.scan_memo = ScanMemo()
 
 
 _registry = _Registry()
@@ -392,10 +395,13 @@ class MemwatchSession:
                 self.ranks = RankFeeds(self._clock)
             self._devices_start: tuple[DeviceMemory, ...] = tuple(self._accelerator.details())
             if self._inherited_scan is None:
-                # cyclic garbage of earlier cells would otherwise be freed whenever the collector next runs,
-                # as a drop in the middle of this cell's curves (seen to hide a per-epoch staircase); a
-                # forked rank's watcher collected just before, and the rank's copy has nothing new
-                gc.collect()
+                # cyclic garbage the previous cells left young would otherwise be freed whenever the
+                # collector next runs, as a drop in the middle of this cell's curves (seen to hide a
+                # per-epoch staircase). Only the young generations: a full collection walks every
+                # object of the process (0.1 s with torch imported and a large namespace), and garbage
+                # already in the old generation is freed only when a full collection comes due, rarely
+                # within one cell. A forked rank's watcher collected just before.
+                gc.collect(1)
             if self._roots is not None:  # what each name held before the cell: `new_in_cell`
                 self.start_scan = self._scan_before(self._inherited_scan)
                 self._baseline = dict(self.start_scan.baseline)
@@ -423,8 +429,9 @@ class MemwatchSession:
                 tick_period_s=getattr(self.listener, "tick_period_s", 0.5),
             )
             self._sampler.start()
-        except BaseException:
+        except BaseException:  # a KeyboardInterrupt during the scan before the run, too
             self._teardown()
+            self._close_probes()
             raise
         return self
 
@@ -435,11 +442,16 @@ class MemwatchSession:
         roots = self._roots()
         if inherited is not None:
             roots = [r for r in roots if r.name not in inherited.baseline]
-        before = scan_roots(roots, START_SCAN_BUDGET)
+        if inherited is None:
+            memo = _registry.scan_memo
+            before = scan_reusing(memo, roots, START_SCAN_BUDGET)
+            cost_s = max(before.elapsed_s, memo.full_scan_cost_s)
+        else:
+            before = scan_roots(roots, START_SCAN_BUDGET)
         del roots
         cheap = frozenset(s.name for s in before.roots if s.objects < CHEAP_OBJECTS and not s.truncated)
         if inherited is None:
-            return StartScan(baseline_of(before), cheap, before.elapsed_s)
+            return StartScan(baseline_of(before), cheap, cost_s)
         return StartScan({**inherited.baseline, **baseline_of(before)}, inherited.cheap | cheap, inherited.cost_s)
 
     def _forked_process_handler(self) -> Callable[[TrainingHooks, StepClock | None], None] | None:
@@ -461,6 +473,13 @@ class MemwatchSession:
         with _registry.lock:
             if _registry.active is self:
                 _registry.active = None
+
+    def _close_probes(self) -> None:
+        """Close the process-tree probe's files and the ranks' socket (and its directory)."""
+        if self._tree is not None:
+            self._tree.close()
+        if self.ranks is not None:
+            self.ranks.close()
 
     def stop(self, exc: BaseException | None = None) -> Report:
         """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything.
@@ -497,10 +516,7 @@ class MemwatchSession:
             if self._tracker is not None:
                 self.holder_scans, self.holder_scan_s = self._tracker.scans, self._tracker.spent_s
             self._roots = self._tracker = None  # the provider may reference the user's namespace
-            if self._tree is not None:
-                self._tree.close()
-            if self.ranks is not None:
-                self.ranks.close()
+            self._close_probes()
         assert self.report is not None
         report = self.report
         _registry.last = report
@@ -526,7 +542,9 @@ class MemwatchSession:
     def _find_suspects(self) -> tuple[Suspect, ...]:
         if self._roots is None:
             return ()
-        found = suspects_from_scan(scan_roots(self._roots(), END_SCAN_BUDGET), self._sources, self._baseline)
+        tracked = self._tracker.tracked() if self._tracker is not None else set()
+        scan = scan_reusing(_registry.scan_memo, self._roots(), END_SCAN_BUDGET, rescan=tracked)
+        found = suspects_from_scan(scan, self._sources, self._baseline)
         if self._keep_scanned_holders and self._tracker is not None:
             names = {s.name for s in found}
             gone = [stats for stats in self._tracker.measured() if stats.name not in names]

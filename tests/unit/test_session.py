@@ -273,3 +273,25 @@ def test_requested_actions_run_at_a_step_and_their_failures_stay_out_of_the_loop
     assert ran_at == [5]  # at the step boundary after the request
     assert "a button's action failed" in (session._hooks.errors.last)  # kept, not raised
     assert session.report is not None and session.report.steps == 20 and session.report.status == "error"
+
+
+def test_an_interrupt_during_the_scan_before_the_run_leaves_nothing_behind() -> None:
+    import glob
+    import os
+    import tempfile
+    import threading
+
+    from torchmem_magic.session import active_session
+
+    def interrupted_roots() -> list[object]:
+        raise KeyboardInterrupt
+
+    pattern = os.path.join(tempfile.gettempdir(), f"torchmem_magic-{os.getpid()}-*")
+    threads = set(threading.enumerate())
+    with pytest.raises(KeyboardInterrupt):
+        MemwatchSession(10, roots=interrupted_roots).start()
+    assert glob.glob(pattern) == []  # the ranks' socket and its directory are gone
+    assert set(threading.enumerate()) == threads and active_session() is None
+    with memwatch(10, quiet=True, scan=False) as w:
+        pass
+    assert w.report is not None and w.report.status == "ok"

@@ -52,22 +52,27 @@ class Controls:
     def __init__(self) -> None:
         self._session: MemwatchSession | None = None
         self._suspects: tuple[Any, ...] = ()
-        layout = ipywidgets.Layout(width="auto")
-        self.gc_button = ipywidgets.Button(description="gc + empty_cache", icon="recycle", layout=layout,
+        # one layout and one style for all buttons, one of each for the text lines (the empty layout also
+        # for the box): every widget, a style or layout too, is a model the kernel opens a comm for, and
+        # a cell pays for each
+        layout, button_style = ipywidgets.Layout(width="auto"), ipywidgets.ButtonStyle()
+        self.gc_button = ipywidgets.Button(description="gc + empty_cache", icon="recycle", layout=layout, style=button_style,
                                            tooltip="gc.collect(), and torch.cuda.empty_cache() if CUDA is in use")
-        self.trim_button = ipywidgets.Button(description="return heap to OS", layout=layout,
+        self.trim_button = ipywidgets.Button(description="return heap to OS", layout=layout, style=button_style,
                                              tooltip="glibc malloc_trim(0): RSS drops to what is really in use")
-        self.release_button = ipywidgets.Button(description="release notebook caches", layout=layout,
+        self.release_button = ipywidgets.Button(description="release notebook caches", layout=layout, style=button_style,
                                                 tooltip="Out/_/__/___ and their hidden copies, the last traceback")
         self.stop_button = ipywidgets.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
-                                             layout=layout, tooltip="end the loop at the next step")
+                                             layout=layout, style=button_style, tooltip="end the loop at the next step")
         info = actions.sharing_info()
         self.strategy = ipywidgets.Dropdown(options=list(info.strategies), value=info.strategy,
                                             description="sharing:", layout=ipywidgets.Layout(width="220px"))
-        self.result = ipywidgets.HTML(f"<code>{html.escape(str(info))}</code>")
+        text_layout, text_style = ipywidgets.Layout(), ipywidgets.widgets.widget_string.HTMLStyle()
+        self.result = ipywidgets.HTML(f"<code>{html.escape(str(info))}</code>", layout=text_layout, style=text_style)
         self.note = ipywidgets.HTML(
             "<small>&nbsp;clicks act mid-run, at the next step</small>" if mid_run_clicks_possible()
-            else "<small>&nbsp;this kernel handles clicks once the cell has finished</small>"
+            else "<small>&nbsp;this kernel handles clicks once the cell has finished</small>",
+            layout=text_layout, style=text_style,
         )
         self.gc_button.on_click(lambda _: self._act(self._collect))
         self.trim_button.on_click(lambda _: self._act(actions.return_heap_to_os))
@@ -83,7 +88,7 @@ class Controls:
                 layout=ipywidgets.Layout(align_items="center", flex_flow="row wrap"),
             ),
             self.result,
-        ])
+        ], layout=text_layout)
 
     # --------------------------------------------------------------- session lifecycle
     def attach(self, session: MemwatchSession) -> None:

@@ -111,17 +111,19 @@ class LiveFigure:
             animation_duration=0, legend_location="top-left",
             fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
             layout=ipywidgets.Layout(width="100%", height="320px"),
+            scale_x=self.marker_scale, scale_y=self.marker_scale,  # what its own default [0, 1] scales would be
         )
-        self._build_ranks_panel()
-        self.status = ipywidgets.HTML(value="<code>starting…</code>")
+        self.rank_figure: Any = None  # built when the first rank streams: most runs have none
+        # layouts given at construction: a widget made without one opens a default one first
+        self.status = ipywidgets.HTML(
+            value="<code>starting…</code>", layout=ipywidgets.Layout(flex="1 1 auto", margin="0 0 0 1em")
+        )
         self.x_toggle = ipywidgets.ToggleButtons(
             options=[("time", "time"), ("steps", "steps")], value="time",
             tooltips=["x axis: seconds since the cell started", "x axis: steps (optimizer steps, else backward passes, batches or forward calls)"],
-            style={"button_width": "60px"},
+            style={"button_width": "60px"}, layout=ipywidgets.Layout(flex="0 0 auto"),
         )
         self.x_toggle.observe(self._on_toggle, names="value")
-        self.x_toggle.layout = ipywidgets.Layout(flex="0 0 auto")
-        self.status.layout = ipywidgets.Layout(flex="1 1 auto", margin="0 0 0 1em")
         self.controls = Controls()
         self.widget = ipywidgets.VBox(
             [
@@ -172,9 +174,12 @@ class LiveFigure:
     def widget_bundle(self) -> dict[str, Any]:
         """The widget's display data, its text form saying what a saved notebook shows instead of the
         live figure (a widget's state is not saved: without a kernel, viewers show the text form)."""
-        bundle: dict[str, Any] = self.widget._repr_mimebundle_()
-        bundle["text/plain"] = "memwatch live figure (shown while a kernel runs it; the static figure below is what stays)"
-        return bundle
+        return {  # what ipywidgets' own bundle holds, without its repr of every widget in the tree
+            "application/vnd.jupyter.widget-view+json": {
+                "version_major": 2, "version_minor": 0, "model_id": self.widget.model_id,
+            },
+            "text/plain": "memwatch live figure (shown while a kernel runs it; the static figure below is what stays)",
+        }
 
     def attach(self, session: MemwatchSession) -> None:
         """Called on the main thread before the session starts: the buttons can reach it."""
@@ -264,6 +269,8 @@ class LiveFigure:
         peak = ranks.peak_bytes
         unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
         entries = len(ranks.memory) + len(ranks.vram) + (2 if ranks.band is not None else 0)
+        if self.rank_figure is None:
+            self._build_ranks_panel()
         with self.rank_lines.hold_sync():
             if ranks.memory:
                 x, y = padded(ranks.memory)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from itertools import count, repeat
+from collections.abc import Iterable
 from typing import Any
 
 from ..model import TensorFinding
@@ -40,9 +41,12 @@ from .results import NODE_BYTES, Budget, FunctionSlot, Root, RootStats, ScanResu
 _KIND_ORDER = {"user": 0, "output-cache": 1, "traceback": 2}
 
 
-def scan_roots(roots: list[Root], budget: Budget | None = None) -> ScanResult:
-    """Scan `roots` within `budget`; returns numbers and paths only (no references)."""
-    return Scanner(budget or Budget()).scan(roots)
+def scan_roots(roots: list[Root], budget: Budget | None = None, seen: Iterable[int] = ()) -> ScanResult:
+    """Scan `roots` within `budget`; returns numbers and paths only (no references). The objects whose
+    ids are in `seen` count as visited already: what other names hold is not blamed on these roots."""
+    scanner = Scanner(budget or Budget())
+    scanner.mark_seen(seen)
+    return scanner.scan(roots)
 
 
 class Scanner:
@@ -62,6 +66,9 @@ class Scanner:
         self.truncated = False
         self.notes: list[str] = []
         self._deadline = 0.0
+
+    def mark_seen(self, ids: Iterable[int]) -> None:
+        self._visited.update(ids)
 
     def scan(self, roots: list[Root]) -> ScanResult:
         if self.torch is None:
