@@ -533,6 +533,8 @@ class MemwatchSession:
     def _final_readings(self) -> None:
         """One last background reading, and a step-aligned one at the final step count if the
         stride skipped the last steps (a jump there must still be seen)."""
+        if self.ranks is not None:
+            self.ranks.poll(force=True)  # what the ranks sent since the sampler's last read
         row = self._background_row()  # also files queued step rows
         self.timeline.by_time.append(row)
         if self.steps > self.sampling.last_sampled_step:

@@ -260,3 +260,29 @@ def test_the_tree_probe_records_how_an_announced_worker_ended() -> None:
         worker.wait()
         finished.wait()
         probe.close()
+
+
+def test_shm_is_read_at_most_every_tenth_of_a_second(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from torchmem_magic.probes import shm as shm_module
+
+    now = [0.0]
+    probe = shm_module.ShmProbe(str(tmp_path), clock=lambda: now[0])
+    calls = []
+    real_statvfs = os.statvfs
+    monkeypatch.setattr(shm_module.os, "statvfs", lambda path: (calls.append(path), real_statvfs(path))[1])
+    first = probe.read()
+    now[0] = 0.05
+    assert probe.read() == first and len(calls) == 1  # the sampler at a 10 ms interval reuses it
+    now[0] = 0.11
+    probe.read()
+    assert len(calls) == 2
+
+
+def test_the_heap_is_read_without_letting_go_of_the_gil() -> None:
+    import ctypes
+
+    probe = HeapProbe()
+    if not probe.available:
+        pytest.skip(probe.unavailable_reason or "no heap counters")
+    # a call that let go of the GIL would wait up to a switch interval to take it back from the training thread
+    assert probe._mallinfo2._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]

@@ -40,7 +40,9 @@ class HeapProbe:
             self.unavailable_reason = f"another allocator is preloaded ({preload})"
         else:
             try:
-                fn = ctypes.CDLL(None).mallinfo2
+                # through PyDLL, which keeps the GIL: a call that let go of it would hand the GIL to the
+                # training thread and then wait up to a switch interval (5 ms) to take it back
+                fn = ctypes.PyDLL(None).mallinfo2
                 fn.restype, fn.argtypes = _Mallinfo2, []
                 self._mallinfo2 = fn
             except (OSError, AttributeError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import NAN, Reading
@@ -23,13 +25,24 @@ class ShmProbe:
     name: str = "shm"
     columns: tuple[str, ...] = ("shm_used_bytes",)
 
-    def __init__(self, path: str = "/dev/shm") -> None:
+    MIN_PERIOD_S = 0.1  # the sampler may tick every millisecond; shm moves batch by batch
+
+    def __init__(self, path: str = "/dev/shm", clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.available = os.path.isdir(path)
+        self._clock = clock
+        self._last: tuple[float, Reading] | None = None  # (when, what) the last read found
 
     def read(self) -> Reading:
+        """The used bytes, read at most every MIN_PERIOD_S (a statvfs lets go of the GIL, which then
+        takes the sampler up to a switch interval to get back from a busy training thread)."""
+        now = self._clock()
+        if self._last is not None and now - self._last[0] < self.MIN_PERIOD_S:
+            return dict(self._last[1])
         usage = self.usage()
-        return {"shm_used_bytes": NAN if usage is None else float(usage.used_bytes)}
+        reading = {"shm_used_bytes": NAN if usage is None else float(usage.used_bytes)}
+        self._last = (now, reading)
+        return dict(reading)
 
     def close(self) -> None:
         pass

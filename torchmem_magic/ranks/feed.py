@@ -27,6 +27,7 @@ from .protocol import apply_events, evidence_from
 from .transport import RankSink
 
 NVML_PERIOD_S = 2.0
+POLL_PERIOD_S = 0.1
 
 
 @dataclass
@@ -122,16 +123,21 @@ class RankFeeds:
         self.feeds: dict[int, RankFeed] = {}
         self._nvml = NvmlProcesses()
         self._next_nvml_s = 0.0
+        self._next_poll_s = 0.0
         self._lock = threading.Lock()  # polled by the sampler thread, read by the live figure and at the end
 
     def start(self, started_s: float) -> None:
         """The watcher's t_s = 0 (its session's start), on `clock` and on the wall clock."""
         self._started_s, self._started_wall_s = started_s, time.time()
 
-    def poll(self) -> None:
-        """Drain the socket (sampler thread): cheap when nothing came."""
-        messages = self._sink.receive()
+    def poll(self, force: bool = False) -> None:
+        """Drain the socket (sampler thread), at most every POLL_PERIOD_S unless `force`d: ranks send
+        four times a second, and every read is a system call that lets go of the GIL."""
         now_s = self._clock() - self._started_s
+        if not force and now_s < self._next_poll_s:
+            return
+        self._next_poll_s = now_s + POLL_PERIOD_S
+        messages = self._sink.receive()
         with self._lock:
             for message in messages:
                 self._apply(message, now_s)
