@@ -1,4 +1,4 @@
-"""Micro-costs of the hot paths and the sampler's memory over a simulated 24 h run."""
+"""Micro-costs of the hot paths."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import statistics
 import subprocess
 import sys
 import time
-import tracemalloc
 from typing import Any
 
 import torch
@@ -14,7 +13,6 @@ import torch
 from torchmem_magic import MemwatchSession
 from torchmem_magic.hooks import TrainingHooks
 from torchmem_magic.probes.heap import HeapProbe
-from torchmem_magic.timeline import COLUMNS, Timeline
 
 
 def _median_us(fn: Any, n: int = 2000) -> float:
@@ -68,26 +66,6 @@ def _fresh_heap_read_us() -> float:
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
-def day_long_buffers(interval_s: float = 0.1, steps_per_s: float = 50.0) -> dict[str, float]:
-    """Feed a Timeline what 24 h would produce and measure what it keeps."""
-    rows = int(24 * 3600 / interval_s)
-    tracemalloc.start()
-    timeline = Timeline()
-    row = dict.fromkeys(COLUMNS, 1e9)
-    for i in range(rows):
-        row["t_s"] = i * interval_s
-        timeline.by_time.append(row)
-    step_row = dict(row)
-    for i in range(int(rows * interval_s * steps_per_s) // 10):  # a tenth of a day of steps: same bound
-        step_row["step"] = i
-        timeline.by_step.append(step_row)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return {"rows_fed": rows, "rows_kept": len(timeline.by_time), "buffer_kib": timeline.nbytes() / 1024,
-            "traced_peak_kib": peak / 1024}
-
-
 if __name__ == "__main__":
     torch.set_num_threads(1)
     print(hot_path_costs())
-    print(day_long_buffers())

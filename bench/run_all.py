@@ -15,9 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import cell_cost  # noqa: E402
 import costs  # noqa: E402
 import holder_tracking  # noqa: E402
 import overhead  # noqa: E402
+import own_memory  # noqa: E402
 import ranks  # noqa: E402
 import scan_speed  # noqa: E402
 import torch  # noqa: E402
@@ -61,12 +63,16 @@ def render() -> str:
     lines += ["", "**Hot-path costs** (median µs per call):", "", "| path | µs |", "|---|---|"]
     for name, us in costs.hot_path_costs().items():
         lines.append(f"| {name} | {us:.2f} |")
-    day = costs.day_long_buffers()
     lines += [
         "",
-        f"**Sampler memory over 24 h** at the default 100 ms interval: {day['rows_fed']:,} samples fed, "
-        f"{day['rows_kept']:,} rows kept, buffers {day['buffer_kib']:.0f} KiB "
-        f"(tracemalloc peak while feeding {day['traced_peak_kib']:.0f} KiB).",
+        "**Memory of memwatch itself**: a session's run simulated on its own code paths (real probes, a simulated "
+        "clock; 200 optimizer steps a second); *alive*: what memwatch's modules allocated and still hold at the end "
+        "(tracemalloc). A day's readings are too many to take one by one: past the first hour, the rest of the day "
+        "is fed to the time series directly.",
+        "",
+        own_memory.render(),
+        "",
+        "**Fixed cost of a cell** (`bench/cell_cost.py`): " + cell_cost.render(),
     ]
     namespace = scan_speed.build_namespace()
     default = scan_speed.run(namespace=namespace)
