@@ -17,8 +17,10 @@ class Sampler:
     """Calls `read_row` every `interval_s` on its own thread and appends the row to `series`.
 
     `on_tick`, if given, runs on the same thread at most every `tick_period_s` (the live figure:
-    one writer thread only). Sleeping to fixed deadlines holds the rate where `sleep(interval)`
-    would drift; ticks missed under load are skipped and counted, not bunched up.
+    one writer thread only); with `on_tick_share`, less often when it costs more than that share of
+    the time between two calls (a live figure's redraw and verdict cost milliseconds: its rate adapts
+    so that it never weighs on the training loop). Sleeping to fixed deadlines holds the rate where
+    `sleep(interval)` would drift; ticks missed under load are skipped and counted, not bunched up.
     """
 
     def __init__(
@@ -28,6 +30,7 @@ class Sampler:
         interval_s: float,
         on_tick: Callable[[], None] | None = None,
         tick_period_s: float = 0.5,
+        on_tick_share: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read_row = read_row
@@ -35,6 +38,7 @@ class Sampler:
         self.interval_s = interval_s
         self._on_tick = on_tick
         self._tick_period_s = tick_period_s
+        self._on_tick_share = on_tick_share
         self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,6 +59,7 @@ class Sampler:
     def _run(self) -> None:
         deadline = self._clock()
         next_tick = deadline + self._tick_period_s
+        on_tick_cpu_s: float | None = None  # what a call of on_tick costs, smoothed
         while not self._stop.is_set():
             try:
                 self._series.append(self._read_row())
@@ -63,11 +68,17 @@ class Sampler:
                 self.errors.record(exc)
             now = self._clock()
             if self._on_tick is not None and now >= next_tick:
+                cpu_before_s = time.thread_time()
                 try:
                     self._on_tick()
                 except Exception as exc:
                     self.errors.record(exc)
-                next_tick = self._clock() + self._tick_period_s
+                cost_s = time.thread_time() - cpu_before_s
+                on_tick_cpu_s = cost_s if on_tick_cpu_s is None else 0.8 * on_tick_cpu_s + 0.2 * cost_s
+                period_s = self._tick_period_s
+                if self._on_tick_share is not None:
+                    period_s = max(period_s, on_tick_cpu_s / self._on_tick_share)
+                next_tick = self._clock() + period_s
             deadline += self.interval_s
             now = self._clock()
             if deadline < now:

@@ -69,6 +69,7 @@ class Listener(Protocol):
     `on_finish` runs on the caller's thread after the sampler has stopped."""
 
     tick_period_s: float
+    tick_cpu_share: float | None  # None: every tick_period_s; else as rarely as keeps on_tick under this share
 
     def on_tick(self, session: MemwatchSession) -> None: ...
 
@@ -427,6 +428,7 @@ class MemwatchSession:
                 self.interval_s,
                 on_tick=self._on_sampler_tick if self.listener is not None else None,
                 tick_period_s=getattr(self.listener, "tick_period_s", 0.5),
+                on_tick_share=getattr(self.listener, "tick_cpu_share", None),
             )
             self._sampler.start()
         except BaseException:  # a KeyboardInterrupt during the scan before the run, too
@@ -449,7 +451,9 @@ class MemwatchSession:
         else:
             before = scan_roots(roots, START_SCAN_BUDGET)
         del roots
-        cheap = frozenset(s.name for s in before.roots if s.objects < CHEAP_OBJECTS and not s.truncated)
+        cheap = frozenset(
+            s.name for s in before.roots if s.objects + s.plain_objects < CHEAP_OBJECTS and not s.truncated
+        )
         if inherited is None:
             return StartScan(baseline_of(before), cheap, cost_s)
         return StartScan({**inherited.baseline, **baseline_of(before)}, inherited.cheap | cheap, inherited.cost_s)
@@ -545,7 +549,9 @@ class MemwatchSession:
         if self._roots is None:
             return ()
         tracked = self._tracker.tracked() if self._tracker is not None else set()
-        scan = scan_reusing(_registry.scan_memo, self._roots(), END_SCAN_BUDGET, rescan=tracked)
+        # the names cheap to scan are scanned again, whatever their fingerprint says (an nn.Module's own
+        # attributes come after a dozen of torch's, beyond the fingerprint's sample)
+        scan = scan_reusing(_registry.scan_memo, self._roots(), END_SCAN_BUDGET, rescan=tracked, min_objects=CHEAP_OBJECTS)
         found = suspects_from_scan(scan, self._sources, self._baseline)
         if self._keep_scanned_holders and self._tracker is not None:
             names = {s.name for s in found}

@@ -22,6 +22,13 @@ def _print(name: str, obj: Any) -> object:
     return fingerprints([Root(name, "user", name, obj)])[name]
 
 
+class Recorder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 4)
+        self.kept: list[torch.Tensor] = []
+
+
 class Trainer:
     def __init__(self) -> None:
         self.model = torch.nn.Linear(4, 4)
@@ -36,10 +43,11 @@ class Trainer:
         (lambda: {"loss": [], "acc": []}, lambda o: o["loss"].append(torch.ones(1))),  # nested, first value
         (lambda: [{"id": i} for i in range(100_000)], lambda o: o.append({"id": -1})),  # a big list's tail
         (Trainer, lambda o: o.kept.append(torch.ones(1))),  # an instance attribute
+        (Recorder, lambda o: o.kept.append(torch.ones(1))),  # a module's own attribute, after torch's
         (lambda: torch.nn.Linear(4, 4), lambda o: o(torch.ones(4)).sum().backward()),  # .grad appears
         (lambda: collections_deque(), lambda o: o.append(torch.ones(1))),  # a container subclass
     ],
-    ids=["list", "dict-last", "dict-first", "records", "attribute", "grad", "deque"],
+    ids=["list", "dict-last", "dict-first", "records", "attribute", "module-attribute", "grad", "deque"],
 )
 def test_a_change_where_leaks_grow_changes_the_fingerprint(build: Callable[[], Any], change: Callable[[Any], None]) -> None:
     obj = build()
@@ -127,3 +135,13 @@ def test_sessions_reuse_the_scan_of_unchanged_names_and_still_see_what_the_cell_
     assert scanned == [set(), {"outputs"}]  # nothing changed before the cell; the end scans what grew
     assert session.report is not None
     assert [s.name for s in session.report.suspects] == ["outputs"] and session.report.suspects[0].new_in_cell
+
+
+def test_at_the_end_a_cheap_name_is_scanned_again_even_when_its_fingerprint_misses_the_change() -> None:
+    memo = ScanMemo()
+    middle = [[] for _ in range(20)]  # the fingerprint samples the first and last four items only
+    roots = [Root("middle", "user", "middle", middle)]
+    scan_reusing(memo, roots, Budget())
+    middle[10].append(torch.ones(1024))
+    assert scan_reusing(memo, roots, Budget()).roots[0].tensors == 0  # reused: the change is unseen
+    assert scan_reusing(memo, roots, Budget(), min_objects=10_000).roots[0].tensors == 1

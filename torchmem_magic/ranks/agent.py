@@ -118,6 +118,7 @@ class RankAgent:
     """One rank's session and its stream to the watcher (the session's live listener)."""
 
     tick_period_s = STREAM_PERIOD_S
+    tick_cpu_share: float | None = None  # streams at its period whatever it costs: what a killed rank loses is bounded
 
     def __init__(self, settings: RankSettings) -> None:
         self.settings = settings

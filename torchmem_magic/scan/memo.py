@@ -6,8 +6,9 @@ result is reused while its *fingerprint* stays the same: the ids and lengths of 
 bounded sample of what it holds (the first and last items of each container, an instance's
 attributes, a leaf tensor's `.grad`), a few levels deep. Appending to a list, even one inside a
 dict or an object, rebinding a name, a gradient appearing: each changes it. What it cannot see is
-a change deep inside an item in the middle of a large container, so a reused figure is the last
-scan's, and the leak finder's scans during a run (which rescan what grows) do not use this memo.
+a change deep inside an item in the middle of a large container. So the scan at the end of a cell
+reuses only the names that are expensive to scan (the cheap ones are scanned again whatever their
+fingerprint), and the names the run's own scans saw growing are always scanned again.
 
 It keeps numbers, names and ids only: no reference to anything it fingerprinted.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Collection, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any
@@ -28,6 +30,7 @@ from .scanner import scan_roots
 MAX_NODES = 64  # objects looked at per name
 MAX_DEPTH = 3
 EDGE_ITEMS = 4  # items taken from each end of a container
+OBJECT_ATTRIBUTES = 32  # attributes taken from an object
 
 Fingerprint = tuple[int, ...]
 #: an exception and its traceback never change once raised: their ids are their fingerprint
@@ -42,10 +45,8 @@ def fingerprints(roots: Iterable[Root]) -> dict[str, Fingerprint | None]:
     grad_of: Any = torch._C.TensorBase.grad.__get__ if torch is not None else None
     is_leaf: Any = torch._C.TensorBase.is_leaf.__get__ if torch is not None else None
     parts: dict[str, list[int] | None] = {}
-    guard: Any = torch._C.DisableTorchFunctionSubclass() if torch is not None else None
-    if guard is not None:
-        guard.__enter__()
-    try:
+    # no tensor subclass' Python code runs
+    with torch._C.DisableTorchFunctionSubclass() if torch is not None else nullcontext():
         for root in roots:
             so_far = parts.setdefault(root.name, [])
             if so_far is None:
@@ -54,18 +55,15 @@ def fingerprints(roots: Iterable[Root]) -> dict[str, Fingerprint | None]:
                 _walk(root.obj, categories, grad_of, is_leaf, so_far)
             except Exception:  # introspection raised: this name is always scanned
                 parts[root.name] = None
-    finally:
-        if guard is not None:
-            guard.__exit__(None, None, None)
     return {name: None if p is None else tuple(p) for name, p in parts.items()}
 
 
 def _walk(obj: Any, categories: TypeCategories, grad_of: Any, is_leaf: Any, out: list[int]) -> None:
     """Breadth-first over a bounded sample, through the same C-level accessors the scan uses."""
-    queue: list[tuple[Any, int]] = [(obj, 0)]
+    queue: deque[tuple[Any, int]] = deque([(obj, 0)])
     seen = 0
     while queue and seen < MAX_NODES:
-        node, depth = queue.pop(0)
+        node, depth = queue.popleft()
         category = categories.of(type(node))
         if category is ATOMIC or category is SKIP:
             continue
@@ -89,7 +87,10 @@ def _walk(obj: Any, categories: TypeCategories, grad_of: Any, is_leaf: Any, out:
             length = _base_length(cls)
             if length is not None:  # a subclass' own __len__ is never called
                 out.append(length(node))
-            items = (child for child, _, _ in islice(children(node, category), 2 * EDGE_ITEMS))
+            # a container subclass: its first items; an object: its attributes (an nn.Module's own come
+            # after a dozen of torch's)
+            limit = 2 * EDGE_ITEMS if length is not None else OBJECT_ATTRIBUTES
+            items = (child for child, _, _ in islice(children(node, category), limit))
         if depth < MAX_DEPTH:
             queue.extend((child, depth + 1) for child in items)
 
@@ -116,14 +117,19 @@ class ScanMemo:
         self.full_scan_cost_s = 0.0  # what the last scan of every name took
 
     def split(
-        self, roots: list[Root], current: dict[str, Fingerprint | None], rescan: Collection[str] = ()
+        self, roots: list[Root], current: dict[str, Fingerprint | None], rescan: Collection[str] = (),
+        min_objects: int = 0,
     ) -> tuple[list[RootStats], list[Root]]:
-        """The stats of the names whose objects are unchanged (reused) and the roots to scan; the names
-        in `rescan` are scanned whatever their fingerprint."""
+        """The stats of the names whose objects are unchanged (reused) and the roots to scan: the names
+        in `rescan` whatever their fingerprint, and those whose last scan met fewer than `min_objects`
+        (cheap to scan again, and then nothing beyond the fingerprint's sample goes unseen)."""
         reused = []
         for name in current:
             entry = self._entries.get(name)
-            if entry is not None and name not in rescan and entry.fingerprint == current[name]:
+            if (
+                entry is not None and name not in rescan and entry.fingerprint == current[name]
+                and entry.stats.objects + entry.stats.plain_objects >= min_objects
+            ):
                 reused.append(entry.stats)
         kept = {s.name for s in reused}
         return reused, [r for r in roots if r.name not in kept]
@@ -149,12 +155,12 @@ class ScanMemo:
 
 
 def scan_reusing(
-    memo: ScanMemo, roots: list[Root], budget: Budget, rescan: Collection[str] = ()
+    memo: ScanMemo, roots: list[Root], budget: Budget, rescan: Collection[str] = (), min_objects: int = 0
 ) -> ScanResult:
-    """A scan of `roots` that scans only the names changed since `memo` last saw them (and `rescan`),
+    """A scan of `roots` that scans only the names changed since `memo` last saw them (see `split`),
     with the others' figures taken from the memo; `elapsed_s` is what this scan took."""
     current = fingerprints(roots)
-    reused, to_scan = memo.split(roots, current, rescan)
+    reused, to_scan = memo.split(roots, current, rescan, min_objects)
     scanned = {r.name for r in to_scan}
     # what the reused names hold stays theirs (a traceback's frames reach the whole namespace)
     result = scan_roots(to_scan, budget, seen=[id(r.obj) for r in roots if r.name not in scanned])

@@ -80,7 +80,8 @@ class RootStats:
     saved_freed: int = 0  # saved tensors already freed by backward
     graph_estimated: bool = False  # node cap or time hit: figures extrapolated
     truncated: bool = False  # object traversal stopped early (depth/objects/time)
-    objects: int = 0
+    objects: int = 0  # visited one by one
+    plain_objects: int = 0  # plain-data records counted in bulk (what a scan of it also costs)
     first_tensor_path: str | None = None
     graph_paths: list[str] = field(default_factory=list)  # a few paths of graph-holding tensors
     slots: dict[str, SlotStats] = field(default_factory=dict)  # by the slot's path: `log.__defaults__[0]`

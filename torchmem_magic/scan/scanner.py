@@ -199,6 +199,7 @@ class Scanner:
                     continue
             out.append((child, (path, how, token), depth))
         self.plain_objects += plain_objects  # cheap: not held against the object budget
+        stats.plain_objects += plain_objects
         return out
 
     def _record_tensor(self, t: Any, lazy_path: LazyPath, root: RootStats) -> None:
