@@ -519,8 +519,10 @@ def check_report(tool: Tool, execution: Execution, workdir: Path, truth: dict[st
     for line in LEAK_SOURCE.splitlines():
         if line.strip():
             echoed = echoed.replace(line.strip(), "")
-    kind = ("autograd graph" if re.search(r"autograd|grad_fn|graph", echoed, re.I)
-            else "tensors" if re.search(r"\btensor", echoed, re.I) else "—")
+    # the kind: in what the tool says, not in the torch source lines of memray's allocation-site frames
+    # (torch.autograd.backward is among them whatever is kept)
+    kind = ("autograd graph" if re.search(r"autograd|grad_fn|\bgraphs?\b", text, re.I)
+            else "tensors" if re.search(r"\btensor", text, re.I) else "—")
     before, after = truth.get("before", {}), truth.get("after", {})
     return {
         "verdict": bool(re.search(r"\bleak\b|memory leak", text, re.I) or re.search(r"memory leak", behind, re.I)),
@@ -601,7 +603,7 @@ def render(quick: bool = False) -> str:
         "**What each tool reports on the leaking loop** (one more run of it under the tool; computed from the "
         "cell's real output — printed text, displays, the files behind its iframes: *verdict*: a statement that it "
         "leaks; *holder*: `losses` named (lines that echo the loop's own source do not count); *kind*: autograd "
-        "graph / tensors named; *growth shown*: the tool's own figure for the cell, parsed from its output; "
+        "graph / tensors named in what it prints or displays; *growth shown*: the tool's own figure for the cell, parsed from its output; "
         "*live*: the tool's documented behaviour, and whether its outputs were sent spread over the loop's run):",
         "",
         "| tool | verdict | holder named | kind named | growth shown | live during the cell | heap / RSS growth in that cell (truth) |",
@@ -628,6 +630,8 @@ def winners(results: dict[str, Any]) -> str:
     beats = []
     for tool in TOOLS[3:]:
         r = results.get(tool.name, {})
+        if any("error" in r.get(k, {}) or k not in r for k in tool.loops):
+            continue  # a tool that could not finish a loop is cheaper at nothing
         won = [LOOP_NAMES[k].split(" (")[0].split(",")[0] for k in tool.loops
                if r.get(k, {}).get("ratio") and ref.get(k, {}).get("ratio") and r[k]["ratio"][2] < ref[k]["ratio"][0]]
         fa, fb = r.get("trivial", {}).get("fixed_s"), ref.get("trivial", {}).get("fixed_s")
