@@ -20,6 +20,7 @@ import costs  # noqa: E402
 import holder_tracking  # noqa: E402
 import overhead  # noqa: E402
 import own_memory  # noqa: E402
+import peers  # noqa: E402
 import ranks  # noqa: E402
 import scan_speed  # noqa: E402
 import torch  # noqa: E402
@@ -203,7 +204,8 @@ def replace_section(text: str, name: str, body: str) -> str:
 
 def main() -> None:
     """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
-    makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks}
+    makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks,
+              "peers": peers.render}
     wanted = sys.argv[1:] or list(makers)
     unknown = set(wanted) - set(makers)
     if unknown:
