@@ -145,3 +145,14 @@ def test_save_html_is_offline_with_the_figure_and_refuses_other_suffixes(tmp_pat
     assert "<script" not in page and "http://" not in page and "https://" not in page
     with pytest.raises(ValueError, match=r"'\.png'.*\.json or \.html"):
         report.save(tmp_path / "run.png")
+
+
+def test_a_sparkline_gives_each_character_an_equal_stretch_of_the_run() -> None:
+    from torchmem_magic.render.static import evenly_bucketed
+
+    steps = [*range(1, 65), *range(100, 1001, 100)]  # the first steps sampled densely, then every 100th
+    heap = [float(s) for s in steps]  # a steady leak
+    buckets = evenly_bucketed(steps, heap, 10)
+    assert len(buckets) == 10 and list(buckets) == sorted(buckets)
+    assert 400 <= buckets[4] <= 600  # the middle of the run, not the dense start's last sample
+    assert evenly_bucketed([0.0, 5.0], [1.0, 2.0], 4) == (1.0, 1.0, 1.0, 2.0)  # empty stretches repeat the last

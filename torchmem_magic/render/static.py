@@ -75,6 +75,26 @@ def bucket_max(x: Sequence[float], y: Sequence[float], max_points: int = MAX_POI
     return tuple(xs), tuple(ys)
 
 
+def evenly_bucketed(x: Sequence[float], y: Sequence[float], buckets: int) -> tuple[float, ...]:
+    """The largest y in each of `buckets` equal spans of x (a bucket without a reading repeats the last
+    one): a sparkline's characters stand for equal stretches of the run, though the samples do not
+    (the first steps are sampled densely)."""
+    pairs = [(a, b) for a, b in zip(x, y) if math.isfinite(a) and math.isfinite(b)]
+    if len(pairs) <= 1:
+        return tuple(b for _, b in pairs)
+    low, span = pairs[0][0], (pairs[-1][0] - pairs[0][0]) or 1.0
+    peaks: list[float | None] = [None] * buckets
+    for a, b in pairs:
+        i = min(buckets - 1, int((a - low) / span * buckets))
+        peak = peaks[i]
+        peaks[i] = b if peak is None else max(peak, b)
+    out, last = [], pairs[0][1]
+    for peak in peaks:
+        last = last if peak is None else peak
+        out.append(last)
+    return tuple(out)
+
+
 def _has_data(values: Sequence[float]) -> bool:
     return any(math.isfinite(v) and v > 0 for v in values)
 
@@ -292,7 +312,7 @@ def sparkline_lines(report: ReportData, width: int = 32) -> list[str]:
     lines = []
     for curve in panel.curves:
         if curve.label in names:
-            _, ys = bucket_max(curve.x, curve.y_bytes, width)
+            ys = evenly_bucketed(curve.x, curve.y_bytes, width)
             first, last = curve.y_bytes[0], curve.y_bytes[-1]
             lines.append(f"{names[curve.label]:<5} {sparkline(ys, MIN_SPAN_BYTES)}  {format_bytes(first)} → {format_bytes(last)}"
                          f" (peak {format_bytes(max(ys))})")
