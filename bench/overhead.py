@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from torchmem_magic import MemwatchSession
+from torchmem_magic.scan.results import Root
 
 
 def make_workload(name: str) -> tuple[Callable[[], None], int]:
@@ -38,7 +39,7 @@ def make_workload(name: str) -> tuple[Callable[[], None], int]:
     return step, steps
 
 
-def _context(config: str) -> Any:
+def _context(config: str, step: Callable[[], None]) -> Any:
     if config == "baseline":
         return nullcontext()
     interval_ms = 100.0 if config.startswith("memwatch 100 ms") else 10.0
@@ -47,7 +48,8 @@ def _context(config: str) -> Any:
         from torchmem_magic.render.live import LiveFigure
 
         listener = LiveFigure()
-    return MemwatchSession(interval_ms, listener=listener)
+    # the leak finder on, as in %%memwatch: its roots are what the step function holds (model, optimizer, batch)
+    return MemwatchSession(interval_ms, listener=listener, roots=lambda: [Root("train_step", "user", "train_step", step)])
 
 
 DENSE_START_STEPS = 64  # memwatch samples the first steps densely (a one-off, reported on its own)
@@ -62,7 +64,7 @@ def time_per_step(step: Callable[[], None], steps: int, config: str) -> tuple[fl
     """
     for _ in range(20):
         step()  # warm-up outside the block
-    context = _context(config)
+    context = _context(config, step)
     with context:
         for _ in range(DENSE_START_STEPS):
             step()

@@ -60,6 +60,9 @@ MIN_INTERVAL_MS, MAX_INTERVAL_MS = 1.0, 10_000.0
 LIVE_VERDICT_PERIOD_S = 1.0
 START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals are needed
 END_SCAN_BUDGET = Budget(time_s=1.0)
+#: the end-of-cell scan reuses the last scan of a name unchanged since only when scanning it again would
+#: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
+REUSE_MIN_OBJECTS = 2_000
 #: columns a step sample copies from the last background reading (too slow to read at every step)
 SLOW_COLUMNS = ("workers_bytes", "workers", "shm_used_bytes")
 
@@ -549,9 +552,10 @@ class MemwatchSession:
         if self._roots is None:
             return ()
         tracked = self._tracker.tracked() if self._tracker is not None else set()
-        # the names cheap to scan are scanned again, whatever their fingerprint says (an nn.Module's own
-        # attributes come after a dozen of torch's, beyond the fingerprint's sample)
-        scan = scan_reusing(_registry.scan_memo, self._roots(), END_SCAN_BUDGET, rescan=tracked, min_objects=CHEAP_OBJECTS)
+        # the names cheap to scan are scanned again, whatever their fingerprint says
+        scan = scan_reusing(
+            _registry.scan_memo, self._roots(), END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS
+        )
         found = suspects_from_scan(scan, self._sources, self._baseline)
         if self._keep_scanned_holders and self._tracker is not None:
             names = {s.name for s in found}

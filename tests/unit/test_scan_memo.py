@@ -145,3 +145,22 @@ def test_at_the_end_a_cheap_name_is_scanned_again_even_when_its_fingerprint_miss
     middle[10].append(torch.ones(1024))
     assert scan_reusing(memo, roots, Budget()).roots[0].tensors == 0  # reused: the change is unseen
     assert scan_reusing(memo, roots, Budget(), min_objects=10_000).roots[0].tensors == 1
+
+
+def test_the_last_exception_is_reused_however_small_while_it_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail() -> None:
+        kept = torch.ones(256)  # noqa: F841 - held by the traceback's frame
+        raise ValueError("boom")
+
+    try:
+        fail()
+    except ValueError as exc:
+        error = exc
+    memo = ScanMemo()
+    roots = [Root("sys.last_value", "traceback", "sys.last_value", error)]
+    scan_reusing(memo, roots, Budget(), min_objects=10_000)
+    scanned: list[str] = []
+    real = memo_module.scan_roots
+    monkeypatch.setattr(memo_module, "scan_roots", lambda roots, budget=None, seen=(): (scanned.extend(r.name for r in roots), real(roots, budget, seen))[1])
+    again = scan_reusing(memo, roots, Budget(), min_objects=10_000)
+    assert scanned == [] and again.roots[0].tensors == 1

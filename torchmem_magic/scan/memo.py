@@ -122,13 +122,14 @@ class ScanMemo:
     ) -> tuple[list[RootStats], list[Root]]:
         """The stats of the names whose objects are unchanged (reused) and the roots to scan: the names
         in `rescan` whatever their fingerprint, and those whose last scan met fewer than `min_objects`
-        (cheap to scan again, and then nothing beyond the fingerprint's sample goes unseen)."""
+        (cheap to scan again, and then nothing beyond the fingerprint's sample goes unseen), except the
+        last exception's: it does not change once raised, and its frames reach the whole shell."""
         reused = []
         for name in current:
             entry = self._entries.get(name)
             if (
                 entry is not None and name not in rescan and entry.fingerprint == current[name]
-                and entry.stats.objects + entry.stats.plain_objects >= min_objects
+                and (entry.stats.objects + entry.stats.plain_objects >= min_objects or entry.stats.kind == "traceback")
             ):
                 reused.append(entry.stats)
         kept = {s.name for s in reused}
