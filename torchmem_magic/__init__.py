@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads 
     from .check import memcheck
     from .gate import LeakError, assert_no_leak
     from .results import MemcheckResult, Report
+    from .flight.crashes import clear_crashes, last_crash
     from .saved import load_report
     from .session import MemwatchSession, last_report
 
@@ -43,6 +44,8 @@ _HOMES = {
     "MemcheckResult": "results",
     "Report": "results",
     "load_report": "saved",
+    "clear_crashes": "flight.crashes",
+    "last_crash": "flight.crashes",
     "MemwatchSession": "session",
     "last_report": "session",
 }
@@ -53,9 +56,11 @@ __all__ = [
     "MemwatchSession",
     "Report",
     "assert_no_leak",
+    "clear_crashes",
     "collect_garbage",
     "last_report",
     "load_ipython_extension",
+    "last_crash",
     "load_report",
     "memcheck",
     "memwatch",
@@ -81,11 +86,23 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+_crash_announced = False
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext torchmem_magic`: register the magics (loading twice is harmless)."""
-    from .magics import MemwatchMagics
+    from .magics import MemwatchMagics, show_last_crash
 
     ipython.register_magics(MemwatchMagics)
+    global _crash_announced
+    if not _crash_announced:  # once per kernel: a run of this notebook whose kernel died, if any
+        _crash_announced = True
+        try:
+            show_last_crash(announce=True)
+        except Exception as exc:  # a broken record must never break loading the extension
+            import sys
+
+            print(f"torchmem_magic: could not read the flight records ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -97,6 +114,7 @@ def unload_ipython_extension(ipython: Any) -> None:
         session.stop()
     manager = ipython.magics_manager
     manager.magics["cell"].pop("memwatch", None)
+    manager.magics["line"].pop("memwatch", None)
     manager.magics["line"].pop("memcheck", None)
     manager.registry.pop("MemwatchMagics", None)
 

@@ -13,7 +13,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .units import format_bytes
+from .units import format_bytes, format_duration
 
 _WORKER_DEATH = re.compile(r"DataLoader worker \(pid(?:\(s\))? ?([\d, ]+)\) (?:is killed by signal: ([\w ]+)|exited unexpectedly)")
 NEAR_FULL = 0.9
@@ -118,3 +118,66 @@ def shm_warning(peak_bytes: float, total_bytes: float, path: str = "/dev/shm") -
         "DataLoader workers die with a bus error — give it more room (--shm-size / --ipc=host) or use "
         "torch.multiprocessing.set_sharing_strategy('file_system')"
     )
+
+
+def _share(used: float, total: float | None) -> float | None:
+    if total is None or total <= 0 or used != used:  # NaN: no reading
+        return None
+    return used / total
+
+
+def death_explanation(
+    *,
+    died_at: str,
+    ran_s: float,
+    steps: int,
+    ram_bytes: float,
+    ram_limit_bytes: int,
+    ram_limit_source: str,
+    shm_bytes: float,
+    shm_total_bytes: int | None,
+    vram_reserved_bytes: float,
+    vram_total_bytes: int | None,
+    oom_kills_before: dict[str, int],
+    oom_kills_now: dict[str, int],
+    last_verdict: str | None,
+) -> list[str]:
+    """How a process that died during a watched run died, as far as its record can tell: when, its last
+    readings against their limits, and the likeliest cause, said plainly when it cannot be known.
+
+    `oom_kills_*` are the kernel's OOM-kill counters (the system's, each cgroup's) when the run began
+    and now: one that went up counts kills since then, this process's most likely among them."""
+    lines = [f"the kernel died during this run, at about {died_at}, {format_duration(ran_s)} and {steps:,} steps in"]
+    readings = [f"RAM {format_bytes(ram_bytes)} of {format_bytes(ram_limit_bytes)} ({ram_limit_source})"]
+    ram_share = _share(ram_bytes, ram_limit_bytes)
+    shm_share = _share(shm_bytes, shm_total_bytes)
+    vram_share = _share(vram_reserved_bytes, vram_total_bytes)
+    if shm_share is not None and shm_bytes > 0:
+        readings.append(f"/dev/shm {format_bytes(shm_bytes)} of {format_bytes(shm_total_bytes)}")
+    if vram_share is not None and vram_reserved_bytes > 0:
+        readings.append(f"VRAM reserved {format_bytes(vram_reserved_bytes)} of {format_bytes(vram_total_bytes)}")
+    lines.append("last readings (at most half a second before): " + ", ".join(readings))
+    if last_verdict:
+        lines.append(f"the live verdict then: {last_verdict}")
+    kills = {k: oom_kills_now[k] - v for k, v in oom_kills_before.items() if k in oom_kills_now and oom_kills_now[k] > v}
+    at_limit = []
+    if ram_share is not None and ram_share >= NEAR_FULL:
+        at_limit.append(f"RAM was at {ram_share:.0%} of its limit ({ram_limit_source})")
+    if shm_share is not None and shm_share >= NEAR_FULL:
+        at_limit.append(f"/dev/shm was {shm_share:.0%} full")
+    if vram_share is not None and vram_share >= NEAR_FULL:
+        at_limit.append(f"VRAM was {vram_share:.0%} reserved")
+    if kills:
+        where = ", ".join(f"{n} in {'the system' if k == 'system' else k.removeprefix('cgroup:')}" for k, n in kills.items())
+        cause = f"the OOM killer killed processes since the run began ({where}): most likely this kernel"
+        lines.append(cause + (f"; {'; '.join(at_limit)}" if at_limit else ""))
+    elif ram_share is not None and ram_share >= NEAR_FULL:
+        lines.append(f"{at_limit[0]}: most likely the OOM killer")
+    elif at_limit:
+        lines.append(f"{'; '.join(at_limit)}: what killed it cannot be known from the record, that limit is the likeliest")
+    else:
+        lines.append(
+            "what killed it cannot be known from the record: no watched resource was near its limit (a kill from "
+            "outside, a crash in native code, or a kernel restarted while it ran)"
+        )
+    return lines

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import HTML, display
 
@@ -20,7 +20,8 @@ from .check import check_roots
 from .notebook import notebook_roots, recent_sources
 from .render.static import figure_img_html
 from .results import report_long_text
-from .ranks.agent import adopt_forked
+from .flight.recorder import FlightRecorder
+from .ranks.agent import RelayTimeline, adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
 from .step_requests import StopTraining
@@ -90,17 +91,30 @@ class MemwatchMagics(Magics):
     @argument("--device", default=None, help="CUDA device to watch, e.g. cuda:1 (default: all in use)")
     @argument("--no-scan", action="store_true", help="skip the leak finder (no suspects in the report)")
     @argument("--shm-path", default="/dev/shm", metavar="DIR", help="shared-memory filesystem to watch")
-    @cell_magic
-    def memwatch(self, line: str, cell: str) -> Any:
+    @argument("--no-record", action="store_true",
+              help="keep no flight record on disk (what shows the run after the kernel is killed)")
+    @argument("--last", action="store_true",
+              help="line magic (%%memwatch --last): show the run of this notebook whose kernel died")
+    @line_cell_magic
+    def memwatch(self, line: str, cell: str | None = None) -> Any:
         """Run the cell while sampling memory; show a live figure and a report at the end.
 
-        The report is also available as `torchmem_magic.last_report()`.
+        The report is also available as `torchmem_magic.last_report()`. While the cell runs, a flight
+        record on disk keeps its curves, so that `%memwatch --last` (or `torchmem_magic.last_crash()`)
+        shows them after the kernel was killed.
         """
         __tracebackhide__ = True
         try:
             args = parse_argstring(self.memwatch, line)
         except UsageError as exc:
             raise UsageError(f"%%memwatch: {exc} (see %%memwatch?)") from None
+        if cell is None:
+            if not args.last:
+                raise UsageError("%memwatch: use %%memwatch as a cell magic, or %memwatch --last (see %%memwatch?)")
+            return show_last_crash()
+        if args.last:
+            raise UsageError("%%memwatch: --last is for the line magic, %memwatch --last")
+        recorder = None if args.no_record else FlightRecorder(cell)
         try:
             session = MemwatchSession(
                 args.interval,
@@ -109,6 +123,8 @@ class MemwatchMagics(Magics):
                 roots=None if args.no_scan else (lambda: notebook_roots(self.shell)),
                 sources=[cell, *recent_sources(self.shell)],
                 rank_agent=adopt_forked,
+                timeline=None if recorder is None else RelayTimeline(recorder.outbox),
+                recorder=recorder,
             )
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
@@ -155,6 +171,7 @@ class MemwatchMagics(Magics):
         try:
             return session.stop(exc)
         finally:
+            _note_unrecorded(session.recorder)
             if session.report is not None:
                 raising = sys.exc_info()[1]  # stop() itself raising: the cell has no value to show
                 returned = args.return_report and all(e is None or isinstance(e, StopTraining) for e in (exc, raising))
@@ -221,6 +238,43 @@ class MemwatchMagics(Magics):
 
 
 HELP_FLAGS = ("-h", "--help")
+_unrecorded_noted = False
+
+
+def _note_unrecorded(recorder: FlightRecorder | None) -> None:
+    """Say once per kernel that runs go unrecorded (a read-only or full disk), and why."""
+    global _unrecorded_noted
+    if recorder is not None and recorder.unavailable and not _unrecorded_noted:
+        _unrecorded_noted = True
+        print(f"torchmem_magic: {recorder.unavailable} (runs are watched, but not recorded)", file=sys.stderr)
+
+
+def show_last_crash(announce: bool = False) -> Any:
+    """`%memwatch --last`: the report of this notebook's last run whose kernel died, shown; with
+    `announce` (the first `%load_ext` of a kernel) only a record not shown before, and a headline."""
+    from .flight.crashes import last_crash, unshown_crash
+
+    report: Any
+    if announce:
+        found = unshown_crash()
+        if found is None:
+            return None
+        report, record = found
+        print(
+            "torchmem_magic: the kernel of this notebook died while %%memwatch watched it; its record "
+            f"(kept in {record.path.parent} until torchmem_magic.clear_crashes()):",
+            file=sys.stderr if not shell_has_kernel() else sys.stdout,
+        )
+    else:
+        report = last_crash()
+        if report is None:
+            print("torchmem_magic: no run of this notebook ended with its kernel's death (no flight record)")
+            return None
+    if shell_has_kernel():
+        display(report)
+    else:
+        print(report_long_text(report))
+    return None
 
 
 def _help_text(magic: Any) -> str:

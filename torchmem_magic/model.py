@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 REPORT_SCHEMA_VERSION = 2  # 2 added the step clock (version-1 readers keep working: nothing removed)
 MEMCHECK_SCHEMA_VERSION = 1
 
-Status = Literal["ok", "error", "interrupted"]
+Status = Literal["ok", "error", "interrupted", "killed"]
 VerdictName = Literal["leak", "suspect", "clean", "unknown"]
 #: what one "step" is in a report: the best clock the loop had, in this order; "time" (seconds) when none ticked
 Clock = Literal["optimizer", "backward", "batch", "forward", "time"]
@@ -254,7 +254,8 @@ class ReportData(_VersionedSchemaDict):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured.
 
     Attributes:
-        status: "ok", "error" (the body raised) or "interrupted" (KeyboardInterrupt).
+        status: "ok", "error" (the body raised), "interrupted" (KeyboardInterrupt) or "killed" (the
+            process died during the run: a report rebuilt from its flight record).
         wall_s: seconds the body ran.
         samples: background samples taken (the step-aligned ones are extra).
         interval_s: the background sampling period.

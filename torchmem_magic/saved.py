@@ -24,7 +24,7 @@ from .render.static import report_document as report_document  # re-exported: sa
 from .results import Report
 from .results import save_report as save_report
 
-STATUS_SEVERITY = {"ok": 0, "interrupted": 1, "error": 2}
+STATUS_SEVERITY = {"ok": 0, "interrupted": 1, "error": 2, "killed": 3}
 
 
 def _schema_key(field: dataclasses.Field[Any]) -> str | None:

@@ -28,7 +28,7 @@ from .probes.base import ProbeReader, Reading
 from .probes.heap import HeapProbe
 from .probes.limits import MemoryLimit, memory_limit, sharing_strategy
 from .probes.process import ProcessTreeProbe
-from .probes.shm import ShmProbe
+from .probes.shm import ShmProbe, ShmReading
 from .ranks.settings import ForkedProcessHandler, RankSettings, StartScan
 from .results import Report
 from .report import (
@@ -39,6 +39,7 @@ from .report import (
     assemble_report,
     diagnose,
     live_status,
+    short_verdict,
     training_loader,
 )
 from .sampler import Sampler
@@ -52,6 +53,7 @@ from .timeline import NAN, Timeline
 from .verdict import Diagnosis
 
 if TYPE_CHECKING:
+    from .flight.recorder import FlightRecorder
     from .ranks.feed import RankFeeds
     from .ranks.live import LiveRanks, RankLive
 
@@ -172,6 +174,8 @@ class MemwatchSession:
             is not watched).
         inherited_scan: the scan before the run of the watcher this process was forked from (a rank
             then neither collects garbage nor scans before its run).
+        recorder: writes the run's flight record as it goes (its outbox must be what `timeline`
+            relays to); removed when the run ends.
     """
 
     def __init__(
@@ -192,6 +196,7 @@ class MemwatchSession:
         keep_scanned_holders: bool = False,
         rank_agent: ForkedProcessHandler | None = None,
         inherited_scan: StartScan | None = None,
+        recorder: FlightRecorder | None = None,
     ) -> None:
         self.interval_s = validate_interval_ms(interval_ms) / 1000.0
         self.devices = None if device is None else [parse_device(str(device))]
@@ -206,6 +211,7 @@ class MemwatchSession:
         self._adopt_hooks, self._keep_scanned_holders = adopt_hooks, keep_scanned_holders
         self._rank_agent = rank_agent
         self._inherited_scan = inherited_scan
+        self.recorder = recorder
         self.start_scan: StartScan | None = None
         self.ranks: RankFeeds | None = None
         self.evidence: RunEvidence | None = None  # what the report was assembled from
@@ -258,6 +264,9 @@ class MemwatchSession:
         self._last_slow = {name: row[name] for name in SLOW_COLUMNS}
         if not math.isnan(row["workers"]):
             self._max_workers = max(self._max_workers, int(row["workers"]))
+        if self.recorder is not None and self._ended_s is None:
+            # the row itself is recorded when the sampler appends it: at the next flush
+            self.recorder.on_sample(self, row["t_s"])
         return row
 
     @property
@@ -418,6 +427,8 @@ class MemwatchSession:
             if self.ranks is not None:
                 self.ranks.start(self._started_s)
             self.timeline.by_time.append(self._background_row())
+            if self.recorder is not None:
+                self.recorder.start(self)
             on_forked = self._forked_process_handler()
             if self._adopt_hooks is not None:
                 self._hooks = self._adopt_hooks
@@ -482,11 +493,14 @@ class MemwatchSession:
                 _registry.active = None
 
     def _close_probes(self) -> None:
-        """Close the process-tree probe's files and the ranks' socket (and its directory)."""
+        """Close the process-tree probe's files, the ranks' socket (and its directory), and remove the
+        flight record: the run ended with this process alive."""
         if self._tree is not None:
             self._tree.close()
         if self.ranks is not None:
             self.ranks.close()
+        if self.recorder is not None:
+            self.recorder.close()
 
     def stop(self, exc: BaseException | None = None) -> Report:
         """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything.
@@ -562,6 +576,20 @@ class MemwatchSession:
             gone = [stats for stats in self._tracker.measured() if stats.name not in names]
             found = sorted([*found, *suspects_from_stats(gone, self._sources, self._baseline)], key=lambda s: -s.retained_bytes)
         return tuple(found)
+
+    @property
+    def devices_at_start(self) -> tuple[DeviceMemory, ...]:
+        return self._devices_start
+
+    def shm_usage(self) -> ShmReading | None:
+        return self._shm.usage()
+
+    def last_live_verdict(self) -> tuple[float, str] | None:
+        """(seconds into the run, the verdict line) of the last live verdict, if one was computed."""
+        live = self._live
+        if live is None or self._started_s is None:
+            return None
+        return live[0] - self._started_s, short_verdict(live[1])
 
     @property
     def holder_scans_so_far(self) -> int:

@@ -20,7 +20,7 @@ PURE = (
     "units", "model", "timeline", "verdict", "holders", "forensics", "fixes", "report", "results", "step_sampling",
     "step_requests", "render.text", "check", "suspects", "notebook",
     "scan.results", "scan.introspect", "scan.paths", "scan.autograd", "scan.scanner",
-    "ranks.merge", "ranks.protocol", "saved", "render.static",
+    "ranks.merge", "ranks.protocol", "saved", "render.static", "scan.memo", "flight.place",
 )
 HEAVY = ("torch", "IPython", "psutil", "ipywidgets", "bqplot", "numpy")
 

@@ -76,6 +76,42 @@ class RankFeed:
         }
 
 
+def apply_message(feed: RankFeed, message: dict[str, Any], now_s: float, watcher_started_wall_s: float) -> None:
+    """What one message of a rank's stream (or of a flight record) tells about it, into its feed;
+    `now_s` is when it came, in the watcher's seconds."""
+    feed.last_seen_s = now_s
+    if isinstance(message.get("rank"), int):
+        feed.rank = message["rank"]
+    if isinstance(message.get("local_rank"), int):
+        feed.local_rank = message["local_rank"]
+    kind = message["k"]
+    if kind == "hello":
+        feed.host = str(message.get("host", ""))
+        feed.started_wall_s = float(message.get("started_wall_s", 0.0))
+        feed.offset_s = feed.started_wall_s - watcher_started_wall_s
+        feed.interval_s = float(message.get("interval_s", 0.1))
+        feed.ram_limit_bytes = int(message.get("ram_limit_bytes", 0))
+        feed.ram_limit_source = str(message.get("ram_limit_source", "system"))
+        feed.heap_available = bool(message.get("heap_available", False))
+    elif kind == "events":
+        apply_events(feed.timeline, message.get("events", []))
+        steps_before = feed.steps
+        feed.clock = str(message.get("clock", feed.clock))
+        feed.counts = dict(message.get("counts", feed.counts))
+        if feed.steps > steps_before:
+            feed.progress_s = now_s
+        feed.elapsed_s = float(message.get("t_s", feed.elapsed_s))
+        feed.dropped = int(message.get("dropped", feed.dropped))
+    elif kind == "holders":
+        feed.holder_series = {n: [(int(s), int(b)) for s, b in p] for n, p in message.get("series", {}).items()}
+        feed.suspects = tuple(from_schema_dict(Suspect, s) for s in message.get("suspects", ()))
+    elif kind == "devices":
+        feed.cuda_devices = tuple(str(u) for u in message.get("cuda", ()))
+    elif kind == "final":
+        feed.final = dict(message.get("evidence", {}))
+        feed.dropped = int(message.get("dropped", feed.dropped))
+
+
 def rank_numbers(feeds: Sequence[RankFeed]) -> dict[int, int]:
     """pid -> rank number; a process that has not said its rank yet gets the next free number, in
     order of arrival (as in the final report)."""
@@ -163,37 +199,7 @@ class RankFeeds:
         feed = self.feeds.get(pid)
         if feed is None:
             feed = self.feeds[pid] = RankFeed(pid)
-        feed.last_seen_s = now_s
-        if isinstance(message.get("rank"), int):
-            feed.rank = message["rank"]
-        if isinstance(message.get("local_rank"), int):
-            feed.local_rank = message["local_rank"]
-        kind = message["k"]
-        if kind == "hello":
-            feed.host = str(message.get("host", ""))
-            feed.started_wall_s = float(message.get("started_wall_s", 0.0))
-            feed.offset_s = feed.started_wall_s - self._started_wall_s
-            feed.interval_s = float(message.get("interval_s", 0.1))
-            feed.ram_limit_bytes = int(message.get("ram_limit_bytes", 0))
-            feed.ram_limit_source = str(message.get("ram_limit_source", "system"))
-            feed.heap_available = bool(message.get("heap_available", False))
-        elif kind == "events":
-            apply_events(feed.timeline, message.get("events", []))
-            steps_before = feed.steps
-            feed.clock = str(message.get("clock", feed.clock))
-            feed.counts = dict(message.get("counts", feed.counts))
-            if feed.steps > steps_before:
-                feed.progress_s = now_s
-            feed.elapsed_s = float(message.get("t_s", feed.elapsed_s))
-            feed.dropped = int(message.get("dropped", feed.dropped))
-        elif kind == "holders":
-            feed.holder_series = {n: [(int(s), int(b)) for s, b in p] for n, p in message.get("series", {}).items()}
-            feed.suspects = tuple(from_schema_dict(Suspect, s) for s in message.get("suspects", ()))
-        elif kind == "devices":
-            feed.cuda_devices = tuple(str(u) for u in message.get("cuda", ()))
-        elif kind == "final":
-            feed.final = dict(message.get("evidence", {}))
-            feed.dropped = int(message.get("dropped", feed.dropped))
+        apply_message(feed, message, now_s, self._started_wall_s)
 
     def snapshot(self) -> list[RankFeed]:
         with self._lock:

@@ -59,7 +59,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _headline(report: ReportData) -> str:
-    status = {"ok": "ok", "error": "failed", "interrupted": "interrupted"}[report.status]
+    status = {"ok": "ok", "error": "failed", "interrupted": "interrupted", "killed": "killed"}[report.status]
     parts = [
         f"memwatch: {status}",
         count_noun(report.steps, report.clock) if report.clock != "time" else "no step clock",

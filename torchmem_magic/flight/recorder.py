@@ -1,0 +1,237 @@
+"""The writing side: while a `%%memwatch` run goes, its record grows on disk, line by line.
+
+A record is a file of JSON lines in the messages a rank streams to its watcher (`hello`, `events`,
+`holders`), plus `verdict` (the live verdict when the live figure computed one). It holds figures,
+step counts and names, never tensor data. The sampler thread writes it, at most every
+`FLUSH_PERIOD_S`, with one `write()` per line to a file opened for appending: the lines are in the
+operating system's page cache the moment the call returns, so a SIGKILL of the process loses only
+what came after the last write, and a line is never half there (a reader skips one that is). When the
+file passes `MAX_BYTES` it is rewritten from the session's own bounded timeline (written aside, then
+renamed over the old one: at every moment one whole record exists), so a day-long run keeps a file
+of a few hundred KiB. When the run ends, in any way the process survives, the record is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..ranks.protocol import row_values
+from ..ranks.transport import Outbox
+from ..timeline import COLUMNS, DecimatingSeries
+from .place import SUFFIX, identity_key, notebook_identity, process_start_ticks, records_dir
+
+if TYPE_CHECKING:
+    from ..model import Clock, DeviceMemory, Suspect
+    from ..probes.limits import MemoryLimit
+    from ..probes.shm import ShmReading
+    from ..timeline import Timeline
+
+
+class RecordedSession(Protocol):
+    """What the recorder reads from the session it records (a MemwatchSession)."""
+
+    started_wall_s: float
+    interval_s: float
+    shm_path: str
+    timeline: Timeline
+    clock: Clock
+    clock_counts: dict[Clock, int]
+
+    @property
+    def ram_limit(self) -> MemoryLimit: ...
+    @property
+    def heap_available(self) -> bool: ...
+    @property
+    def devices_at_start(self) -> tuple[DeviceMemory, ...]: ...
+    @property
+    def elapsed_s(self) -> float: ...
+    @property
+    def holder_scans_so_far(self) -> int: ...
+    def shm_usage(self) -> ShmReading | None: ...
+    def holders_so_far(self) -> tuple[dict[str, list[tuple[int, int]]], tuple[Suspect, ...]]: ...
+    def last_live_verdict(self) -> tuple[float, str] | None: ...
+
+FORMAT = 1
+FLUSH_PERIOD_S = 0.5  # at most this much of a run is lost when the process is killed
+MAX_BYTES = 2 << 20
+
+
+def oom_kill_counts() -> dict[str, int]:
+    """How many processes the kernel's OOM killer has killed: on the whole system (/proc/vmstat) and
+    in each cgroup (v2) this process belongs to, from its own up to the root (`memory.events`)."""
+    counts: dict[str, int] = {}
+    try:
+        with open("/proc/vmstat", encoding="ascii") as file:
+            for line in file:
+                if line.startswith("oom_kill "):
+                    counts["system"] = int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as file:
+            groups = [line.strip().split(":", 2) for line in file]
+    except OSError:
+        groups = []
+    for _, controllers, path in (g for g in groups if len(g) == 3):
+        if controllers == "":  # v2: the kills under each level are in its memory.events
+            base, name = Path("/sys/fs/cgroup"), "memory.events"
+        elif "memory" in controllers.split(","):  # v1: in memory.oom_control (Linux 4.13+)
+            base, name = Path("/sys/fs/cgroup/memory"), "memory.oom_control"
+        else:
+            continue
+        group = Path(path)
+        for level in [group, *group.parents]:
+            source = base / str(level).lstrip("/") / name
+            try:
+                for line in source.read_text(encoding="ascii").splitlines():
+                    if line.startswith("oom_kill "):
+                        counts[f"cgroup:{source.parent}"] = int(line.split()[1])
+            except (OSError, ValueError):
+                continue
+    return counts
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def _series_events(kind: str, series: DecimatingSeries) -> list[Any]:
+    columns = series.columns(*COLUMNS)
+    rows = len(columns[COLUMNS[0]])
+    return [[kind, row_values({name: columns[name][i] for name in COLUMNS})] for i in range(rows)]
+
+
+class FlightRecorder:
+    """Writes one run's record (see the module's docstring). Everything but `__init__` and `start`
+    runs on the session's sampler thread, or after it stopped."""
+
+    def __init__(self, cell: str = "", directory: Path | None = None) -> None:
+        self.outbox = Outbox()  # the session's relayed timeline fills it (see RelayTimeline)
+        self.cell = cell
+        self.directory = directory if directory is not None else records_dir()
+        self.path: Path | None = None
+        self.bytes_written = 0
+        self.errors = 0  # writes that failed (a full disk): the run goes on without its record
+        self.unavailable: str | None = None  # why there is no record at all
+        self._fd: int | None = None
+        self._hello: dict[str, Any] = {}
+        self._holders: dict[str, Any] | None = None
+        self._verdict: dict[str, Any] | None = None
+        self._holder_scans = -1
+        self._next_flush_s = 0.0
+        self._rewrite_at_bytes = MAX_BYTES
+
+    def start(self, session: RecordedSession) -> None:
+        """Create the record and write who, where and under which limits (after the session's start)."""
+        identity = notebook_identity()
+        pid = os.getpid()
+        started_ns = time.time_ns()
+        self.path = self.directory / f"{identity_key(identity)}-{pid}-{started_ns}{SUFFIX}"
+        limit = session.ram_limit
+        shm = session.shm_usage()
+        self._hello = {
+            "k": "hello", "format": FORMAT, "pid": pid, "proc_start": process_start_ticks(pid),
+            "uid": os.getuid() if hasattr(os, "getuid") else None, "host": socket.gethostname(),
+            "notebook": identity, "cell": self.cell[:2000], "started_wall_s": session.started_wall_s,
+            "interval_s": session.interval_s, "ram_limit_bytes": limit.limit_bytes,
+            "ram_limit_source": limit.source, "heap_available": session.heap_available,
+            "shm_path": session.shm_path, "shm_total_bytes": None if shm is None else shm.total_bytes,
+            "devices": [d.to_dict() for d in session.devices_at_start],
+            "oom_kills": oom_kill_counts(),
+        }
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:  # a read-only home, a full disk: the run goes on, unrecorded
+            self.unavailable = f"no flight record: {exc}"
+            return
+        self._write(_line(self._hello))
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, data)
+            self.bytes_written += len(data)
+        except OSError:
+            self.errors += 1
+
+    def on_sample(self, session: RecordedSession, now_s: float) -> None:
+        """Called after each background reading: every FLUSH_PERIOD_S, append what is new. Never raises
+        (the reading it follows must not be lost to a failure here)."""
+        if self._fd is None or now_s < self._next_flush_s:
+            return
+        self._next_flush_s = now_s + FLUSH_PERIOD_S
+        try:
+            self._flush(session)
+        except Exception:
+            self.errors += 1
+
+    def _flush(self, session: RecordedSession) -> None:
+        lines = []
+        while len(self.outbox):
+            lines.append(_line(self._events(session, self.outbox.take())))
+        if session.holder_scans_so_far != self._holder_scans:
+            self._holder_scans = session.holder_scans_so_far
+            series, suspects = session.holders_so_far()
+            self._holders = {
+                "k": "holders", "pid": self._hello["pid"],
+                "series": {name: [list(p) for p in points] for name, points in series.items()},
+                "suspects": [s.to_dict() for s in suspects],
+            }
+            lines.append(_line(self._holders))
+        verdict = session.last_live_verdict()
+        if verdict is not None and (self._verdict is None or self._verdict["text"] != verdict[1]):
+            self._verdict = {"k": "verdict", "pid": self._hello["pid"], "t_s": verdict[0], "text": verdict[1]}
+            lines.append(_line(self._verdict))
+        if lines:
+            self._write(b"".join(lines))
+        if self.bytes_written > self._rewrite_at_bytes:
+            self._rewrite(session)
+
+    def _events(self, session: RecordedSession, events: list[Any]) -> dict[str, Any]:
+        return {
+            "k": "events", "pid": self._hello["pid"], "clock": session.clock, "counts": dict(session.clock_counts),
+            "t_s": session.elapsed_s, "dropped": self.outbox.dropped, "events": events,
+        }
+
+    def _rewrite(self, session: RecordedSession) -> None:
+        """The record again from the session's bounded timeline: written aside, then renamed over."""
+        assert self.path is not None and self._fd is not None
+        timeline = session.timeline
+        events = [*_series_events("t", timeline.by_time), *_series_events("s", timeline.by_step)]
+        events += [["p", m.t_s, m.loader, list(m.steps)] for m in timeline.epochs]
+        self.outbox.take(len(self.outbox))  # all of it is in the timeline already
+        body = [_line(self._hello), _line(self._events(session, events))]
+        body += [_line(m) for m in (self._holders, self._verdict) if m is not None]
+        aside = self.path.with_name(self.path.name + ".tmp")
+        try:
+            fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+            os.write(fd, b"".join(body))
+            os.replace(aside, self.path)
+        except OSError:
+            self.errors += 1
+            return
+        os.close(self._fd)
+        self._fd, self.bytes_written = fd, sum(len(b) for b in body)
+        # a timeline that alone fills most of MAX_BYTES is not rewritten at every flush
+        self._rewrite_at_bytes = max(MAX_BYTES, 2 * self.bytes_written)
+
+    def close(self) -> None:
+        """The run ended and this process lives on: its record is not needed (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self.path is not None:
+            for path in (self.path, self.path.with_name(self.path.name + ".tmp")):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    self.errors += 1
