@@ -1,0 +1,113 @@
+"""A kernel SIGKILLed during a %%memwatch run, and what the next kernel of the same notebook is told."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernel_client import SETUP, Execution, Kernel
+
+pytestmark = pytest.mark.kernel
+
+LEAKING_RUN = (
+    "%%memwatch\n"
+    "for step in range(1_000_000):\n"
+    "    loss = model(torch.randn(32, 64)).square().mean()\n"
+    "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    "    kept.append(torch.ones(2**16))  # 256 KiB a step\n"
+)
+PREPARE = "kept = []\nmodel = torch.nn.Linear(64, 64); opt = torch.optim.SGD(model.parameters(), lr=0.01)"
+
+
+@pytest.fixture
+def notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A notebook's identity and a records directory of this test's own (the kernels inherit both)."""
+    monkeypatch.setenv("TORCHMEM_MAGIC_RECORD_DIR", str(tmp_path / "records"))
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "train.ipynb"))
+    return tmp_path
+
+
+@pytest.fixture
+def kernels() -> Iterator[list[Kernel]]:
+    started: list[Kernel] = []
+    yield started
+    for k in started:
+        k.shutdown()
+
+
+def _start(kernels: list[Kernel], setup: str = SETUP) -> Kernel:
+    k = Kernel()
+    kernels.append(k)
+    k.ok(setup)
+    return k
+
+
+def _kill_mid_run(kernels: list[Kernel], run_s: float = 3.0) -> float:
+    """Start the leaking run, SIGKILL the kernel after `run_s`; when it was killed (wall clock)."""
+    k = _start(kernels)
+    k.ok(PREPARE)
+    k.kc.execute(LEAKING_RUN)
+    time.sleep(run_s)
+    killed_at = time.time()
+    os.kill(k.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    k.km.provisioner.process.wait(10)  # type: ignore[union-attr]
+    return killed_at
+
+
+def _shown(execution: Execution) -> str:
+    displayed = "\n".join(m["content"]["data"].get("text/plain", "") for m in execution.of_type("display_data"))
+    return execution.stdout + displayed
+
+
+def test_the_next_kernel_shows_the_dead_run_once_with_its_last_second_and_holder(notebook: Path, kernels: list[Kernel]) -> None:
+    killed_at = _kill_mid_run(kernels)
+    records = list((notebook / "records").iterdir())
+    assert len(records) == 1  # the run's record survived its kernel
+    k = _start(kernels, "import torch")
+    first = k.ok("%load_ext torchmem_magic\nimport torchmem_magic")
+    shown = _shown(first)
+    assert "the kernel of this notebook died while %%memwatch watched it" in shown
+    assert "memwatch: killed" in shown and "kept" in shown and "the kernel died during this run" in shown
+    html = "".join(m["content"]["data"].get("text/html", "") for m in first.of_type("display_data"))
+    assert "<img" in html  # the static figure, as every report shows it
+    info = k.value(
+        "(lambda r, c: {'status': r.status, 'steps': r.steps, 'verdict': r.verdict, "
+        "'holders': [s.name for s in r.suspects], 'died': c.died_wall_s, 'skipped': c.skipped_lines})"
+        "(torchmem_magic.last_crash(), __import__('torchmem_magic.flight.crashes').flight.crashes.crash_records()[0])"
+    )
+    assert info["status"] == "killed" and info["verdict"] == "leak" and "kept" in info["holders"], info
+    assert info["steps"] > 100 and info["skipped"] <= 1, info
+    assert killed_at - info["died"] < 1.0, (killed_at, info)  # at most the last second is lost
+    again = k.ok("%reload_ext torchmem_magic")
+    assert "died while" not in _shown(again)  # shown once
+    last = k.ok("%memwatch --last")
+    assert "memwatch: killed" in _shown(last)  # asked for: shown again
+    assert k.value("torchmem_magic.clear_crashes()") == 1 and k.value("torchmem_magic.last_crash() is None")
+    assert list((notebook / "records").iterdir()) == []
+
+
+def test_another_notebooks_record_is_shown_only_when_asked(notebook: Path, kernels: list[Kernel], monkeypatch: pytest.MonkeyPatch) -> None:
+    _kill_mid_run(kernels, run_s=2.0)
+    monkeypatch.setenv("JPY_SESSION_NAME", str(notebook / "eval.ipynb"))
+    k = _start(kernels, "import torch")
+    assert "died while" not in _shown(k.ok("%load_ext torchmem_magic\nimport torchmem_magic"))
+    assert k.value("torchmem_magic.last_crash() is None")
+    assert k.value("torchmem_magic.last_crash(all_notebooks=True).status") == "killed"
+
+
+def test_runs_that_end_in_any_way_the_kernel_survives_leave_no_record(notebook: Path, kernels: list[Kernel]) -> None:
+    k = _start(kernels)
+    k.ok(PREPARE)
+    k.ok(LEAKING_RUN.replace("1_000_000", "50"))
+    failed = k.execute(LEAKING_RUN.replace("1_000_000", "50") + "    if step == 20: raise ValueError('boom')\n")
+    interrupted = k.execute(LEAKING_RUN.replace("kept.append", "_ = "), interrupt_after_s=2.0)
+    assert failed.error is not None and interrupted.error is not None
+    assert interrupted.error["ename"] == "KeyboardInterrupt"
+    records = notebook / "records"
+    assert not records.exists() or list(records.iterdir()) == []
+    k.ok("%%memwatch --no-record\npass")
+    assert "died while" not in _shown(k.ok("%reload_ext torchmem_magic"))
