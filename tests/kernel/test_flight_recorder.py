@@ -111,3 +111,45 @@ def test_runs_that_end_in_any_way_the_kernel_survives_leave_no_record(notebook: 
     assert not records.exists() or list(records.iterdir()) == []
     k.ok("%%memwatch --no-record\npass")
     assert "died while" not in _shown(k.ok("%reload_ext torchmem_magic"))
+
+
+def _memory_cgroup(limit_bytes: int) -> tuple[Path, Path] | None:
+    """A memory cgroup limited to `limit_bytes`: (the directory, the file its processes go in); None
+    where this machine does not let us make one (not root, or no memory controller to delegate)."""
+    name = f"torchmem-oom-test-{os.getpid()}"
+    for base, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"), (Path("/sys/fs/cgroup"), "memory.max")):
+        group = base / name
+        try:
+            group.mkdir()
+        except OSError:
+            continue
+        try:
+            (group / limit_file).write_text(str(limit_bytes))
+            return group, group / "cgroup.procs"
+        except OSError:
+            group.rmdir()
+    return None
+
+
+def test_a_real_oom_kill_is_told_as_the_oom_killer(notebook: Path, kernels: list[Kernel]) -> None:
+    """The kernel in a memory cgroup of 400 MiB, leaking 256 KiB a step: the OOM killer ends it."""
+    made = _memory_cgroup(400 << 20)
+    if made is None:
+        pytest.skip("cannot create a memory cgroup here (needs root and a memory controller)")
+    group, procs = made
+    try:
+        k = _start(kernels)
+        k.ok(PREPARE)
+        procs.write_text(str(k.km.provisioner.process.pid))  # type: ignore[union-attr]
+        k.kc.execute(LEAKING_RUN)
+        k.km.provisioner.process.wait(120)  # type: ignore[union-attr]
+        assert k.km.provisioner.process.returncode == -signal.SIGKILL  # type: ignore[union-attr]
+    finally:
+        time.sleep(0.5)
+        group.rmdir()
+    after = _start(kernels, "import torch")
+    shown = _shown(after.ok("%load_ext torchmem_magic\nimport torchmem_magic"))
+    assert "memwatch: killed" in shown and "kept" in shown, shown
+    advice = after.value("list(torchmem_magic.last_crash().advice)")
+    assert any(line.startswith("the OOM killer killed processes since the run began") for line in advice), advice
+    assert not any("is OOM-killed in" in line for line in advice), advice

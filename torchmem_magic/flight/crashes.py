@@ -134,7 +134,11 @@ def crash_report(record: CrashRecord) -> Report:
         oom_kills_now=oom_kill_counts(),
         last_verdict=None if record.verdict is None else str(record.verdict.get("text")),
     )
-    return replace(report, status="killed", error="the death of its kernel", advice=(*lines, *report.advice))
+    advice = tuple(a for a in report.advice if "is OOM-killed in" not in a)  # a projection: it came true
+    return replace(
+        report, status="killed", error="the death of its kernel", advice=(*lines, *advice),
+        steps_to_exhaustion=None, seconds_to_exhaustion=None,
+    )
 
 
 def last_crash(all_notebooks: bool = False) -> Report | None:
