@@ -9,14 +9,18 @@ memwatch itself used (its sampler thread and the step samples), which noise does
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from torchmem_magic import MemwatchSession
+from torchmem_magic.flight.recorder import FlightRecorder
+from torchmem_magic.ranks.agent import RelayTimeline
 from torchmem_magic.scan.results import Root
 
 
@@ -39,6 +43,9 @@ def make_workload(name: str) -> tuple[Callable[[], None], int]:
     return step, steps
 
 
+RECORDS = Path(tempfile.mkdtemp(prefix="torchmem-bench-records-"))
+
+
 def _context(config: str, step: Callable[[], None]) -> Any:
     if config == "baseline":
         return nullcontext()
@@ -48,8 +55,13 @@ def _context(config: str, step: Callable[[], None]) -> Any:
         from torchmem_magic.render.live import LiveFigure
 
         listener = LiveFigure()
-    # the leak finder on, as in %%memwatch: its roots are what the step function holds (model, optimizer, batch)
-    return MemwatchSession(interval_ms, listener=listener, roots=lambda: [Root("train_step", "user", "train_step", step)])
+    # the leak finder and the flight recorder on, as in %%memwatch: the roots are what the step function
+    # holds (model, optimizer, batch); the record goes to a directory of the benchmark's own
+    recorder = FlightRecorder("bench", directory=RECORDS)
+    return MemwatchSession(
+        interval_ms, listener=listener, roots=lambda: [Root("train_step", "user", "train_step", step)],
+        timeline=RelayTimeline(recorder.outbox), recorder=recorder,
+    )
 
 
 DENSE_START_STEPS = 64  # memwatch samples the first steps densely (a one-off, reported on its own)

@@ -43,7 +43,8 @@ def render() -> str:
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
         f"one torch thread; its speed that day: {machine_speed()}. Produced by `make bench` on {datetime.date.today()}.",
         "",
-        "**Training-loop overhead** in the steady state, after the first 64 steps (9 rounds of "
+        "**Training-loop overhead** in the steady state, after the first 64 steps, with the leak finder and the "
+        "flight recorder on as in `%%memwatch` (9 rounds of "
         "baseline–memwatch–baseline; median of per-round ratios and their quartiles; *own CPU*: the CPU time "
         "memwatch's sampler thread and step samples used, as a share of the run's wall time — the part of the "
         "cost that the machine's noise does not blur; *dense start*: the one-off CPU time of sampling the "
