@@ -90,6 +90,11 @@ class MemwatchMagics(Magics):
     @argument("--device", default=None, help="CUDA device to watch, e.g. cuda:1 (default: all in use)")
     @argument("--no-scan", action="store_true", help="skip the leak finder (no suspects in the report)")
     @argument("--shm-path", default="/dev/shm", metavar="DIR", help="shared-memory filesystem to watch")
+    @argument(
+        "--guard", default=None, metavar="PCT",
+        help="stop the loop with MemoryGuardError at a step once RAM, /dev/shm or VRAM reaches PCT of its limit"
+        " (90%%, 90 or 0.9), or would before the next check",
+    )
     @cell_magic
     def memwatch(self, line: str, cell: str) -> Any:
         """Run the cell while sampling memory; show a live figure and a report at the end.
@@ -109,6 +114,7 @@ class MemwatchMagics(Magics):
                 roots=None if args.no_scan else (lambda: notebook_roots(self.shell)),
                 sources=[cell, *recent_sources(self.shell)],
                 rank_agent=adopt_forked,
+                guard=args.guard,
             )
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
