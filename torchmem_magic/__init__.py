@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads 
     from .api import memwatch
     from .check import memcheck
     from .gate import LeakError, assert_no_leak
+    from .guard import MemoryGuardError
     from .results import MemcheckResult, Report
     from .flight.crashes import clear_crashes, last_crash
     from .saved import load_report
@@ -41,6 +42,7 @@ _HOMES = {
     "memcheck": "check",
     "LeakError": "gate",
     "assert_no_leak": "gate",
+    "MemoryGuardError": "guard",
     "MemcheckResult": "results",
     "Report": "results",
     "load_report": "saved",
@@ -53,6 +55,7 @@ _HOMES = {
 __all__ = [
     "LeakError",
     "MemcheckResult",
+    "MemoryGuardError",
     "MemwatchSession",
     "Report",
     "assert_no_leak",

@@ -30,6 +30,7 @@ def watch_from(
     quiet: bool = False,
     shm_path: str = "/dev/shm",
     scan: bool = True,
+    guard: float | str | None = None,
 ) -> MemwatchSession:
     """A script session whose leak finder looks where the watched code keeps things: the locals of
     the user's functions on the training thread's stack (innermost first), then the global names of
@@ -59,7 +60,7 @@ def watch_from(
             roots = StackRoots(functools.partial(_module_roots, namespace), known)
     return MemwatchSession(
         interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources,
-        rank_agent=adopt_forked, keep_scanned_holders=True,
+        rank_agent=adopt_forked, keep_scanned_holders=True, guard=guard,
     )
 
 
@@ -70,6 +71,7 @@ def memwatch(
     quiet: bool = False,
     shm_path: str = "/dev/shm",
     scan: bool = True,
+    guard: float | str | None = None,
 ) -> MemwatchSession:
     """Script API: `with memwatch() as w: train()` then `w.report` (also `last_report()`).
 
@@ -78,8 +80,11 @@ def memwatch(
     user's functions running the steps (the caller's and the helpers it calls) and at the calling
     module's global names, and fills `report.suspects`; in a notebook, at the same places
     `%%memwatch` looks (the user's names, the output cache, the last traceback) as well as locals.
+    With `guard` (0.9, 90 or '90%'), MemoryGuardError is raised in the loop at a step boundary once
+    RAM, /dev/shm or VRAM reaches that share of its limit, or would before the next chance to stop.
     """
     caller = sys._getframe(1)
     return watch_from(
-        caller.f_globals, caller, interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan
+        caller.f_globals, caller, interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
+        guard=guard,
     )

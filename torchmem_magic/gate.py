@@ -128,6 +128,7 @@ def assert_no_leak(
     shm_path: str = "/dev/shm",
     scan: bool = True,
     fail_on: str | Collection[str] = ("leak",),
+    guard: float | str | None = None,
 ) -> LeakGate:
     """`with assert_no_leak(): train(200)`: raise LeakError when the block's memory leaks.
 
@@ -138,10 +139,12 @@ def assert_no_leak(
     or a holder seen growing. "suspect" (graphs new in the block that too few scans could judge) and
     "unknown" (too few steps for any verdict) say the run could not tell, and a gate that fails on
     what it cannot tell makes flaky CI; pass `fail_on=("leak", "suspect")` to be stricter.
+    With `guard` (0.9, 90 or '90%'), a block about to exhaust RAM, /dev/shm or VRAM is stopped with
+    MemoryGuardError (a MemoryError: the test errors, and the runner survives to report it).
     Like any memwatch session, it cannot run inside another one (RuntimeError).
     """
     caller = sys._getframe(1)
     return LeakGate(
         caller.f_globals, caller, fail_on,
-        interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
+        interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan, guard=guard,
     )

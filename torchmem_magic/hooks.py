@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from .forensics import parse_worker_death
 from .probes.base import ErrorCount
+from .step_requests import RaisedAtStep
 
 StepClock = Literal["optimizer", "backward", "batch", "forward"]
 WRAPPER_MARK = "__torchmem_magic_wrapper__"
@@ -115,8 +116,8 @@ class TrainingHooks:
     def absorb_error(self, exc: Exception) -> None:
         """Count a failure of our own callback, so it never breaks the user's loop. Except a worker
         death: torch's SIGCHLD handler raises it into whatever runs, our callbacks included, and it
-        is the user's error."""
-        if parse_worker_death(str(exc)) is not None:
+        is the user's error; and what a step request raises into the loop on purpose (the memory guard)."""
+        if isinstance(exc, RaisedAtStep) or parse_worker_death(str(exc)) is not None:
             raise exc
         self.errors.record(exc)
 

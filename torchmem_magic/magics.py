@@ -91,6 +91,11 @@ class MemwatchMagics(Magics):
     @argument("--device", default=None, help="CUDA device to watch, e.g. cuda:1 (default: all in use)")
     @argument("--no-scan", action="store_true", help="skip the leak finder (no suspects in the report)")
     @argument("--shm-path", default="/dev/shm", metavar="DIR", help="shared-memory filesystem to watch")
+    @argument(
+        "--guard", default=None, metavar="PCT",
+        help="stop the loop with MemoryGuardError at a step once RAM, /dev/shm or VRAM reaches PCT of its limit"
+        " (90%%, 90 or 0.9), or would before the next check",
+    )
     @argument("--no-record", action="store_true",
               help="keep no flight record on disk (what shows the run after the kernel is killed)")
     @argument("--last", action="store_true",
@@ -125,6 +130,7 @@ class MemwatchMagics(Magics):
                 rank_agent=adopt_forked,
                 timeline=None if recorder is None else RelayTimeline(recorder.outbox),
                 recorder=recorder,
+                guard=args.guard,
             )
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None

@@ -322,6 +322,7 @@ class LiveStatus:
     rank_steps: tuple[int, int] | None = None  # the slowest and the fastest rank's steps of `rank_clock`
     rank_clock: Clock = "optimizer"
     worst_rank: str | None = None  # "worst rank 1: leak +67.8 KiB/step in heap (outputs)", once judged
+    guard: str | None = None  # the memory guard's warning: "guard: RAM 61% of 4.0 GiB, 90% in ~2 min at +5.0 MiB/s"
 
     @property
     def steps_per_s(self) -> float:

@@ -84,6 +84,7 @@ class RunEvidence:
     holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> (step, bytes) at scans
     live_suspects_at_step: int | None = None
     ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
+    guard_advice: tuple[str, ...] = ()  # what the memory guard did, first in the advice
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -427,7 +428,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
         resource=diagnosis.resource,
         steps_to_exhaustion=diagnosis.steps_to_exhaustion,
         suspects=suspects,
-        advice=(*death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
+        advice=(*evidence.guard_advice, *death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
         seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
         per_step_error_bytes=diagnosis.per_step_error_bytes,
         sporadic_steps=diagnosis.sporadic_steps,

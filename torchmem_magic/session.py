@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .forensics import parse_worker_death
+from .guard import MemoryGuard, parse_guard
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
 from .holders import first_named_step, holder_trend, live_holder_line, with_trends
 from .hooks import LoaderPass, StepClock, TrainingHooks
@@ -176,6 +177,8 @@ class MemwatchSession:
             then neither collects garbage nor scans before its run).
         recorder: writes the run's flight record as it goes (its outbox must be what `timeline`
             relays to); removed when the run ends.
+        guard: stop the loop with MemoryGuardError at a step boundary once a watched resource reaches
+            this share of its limit, or would before the next chance to stop ('90%', 90 or 0.9; None: never).
     """
 
     def __init__(
@@ -197,8 +200,11 @@ class MemwatchSession:
         rank_agent: ForkedProcessHandler | None = None,
         inherited_scan: StartScan | None = None,
         recorder: FlightRecorder | None = None,
+        guard: float | str | None = None,
     ) -> None:
         self.interval_s = validate_interval_ms(interval_ms) / 1000.0
+        self.guard_share = None if guard is None else parse_guard(guard)
+        self.guard: MemoryGuard | None = None  # made at start, once the limits are known
         self.devices = None if device is None else [parse_device(str(device))]
         self.shm_path = shm_path
         self.listener = listener
@@ -267,6 +273,8 @@ class MemwatchSession:
         if self.recorder is not None and self._ended_s is None:
             # the row itself is recorded when the sampler appends it: at the next flush
             self.recorder.on_sample(self, row["t_s"])
+        if self.guard is not None and self._ended_s is None:
+            self.guard.check(row, self)
         return row
 
     @property
@@ -373,6 +381,10 @@ class MemwatchSession:
         """End the block at the next step boundary (StopTraining); the report still renders."""
         self._requests.request_stop()
 
+    def raise_at_step(self, exc: BaseException) -> None:
+        """Raise `exc` in the training loop at the next step boundary (the memory guard; thread-safe)."""
+        self._requests.raise_at_step(exc)
+
     @property
     def own_cpu_s(self) -> float:
         """CPU time memwatch itself used: step samples on the training thread plus the sampler thread
@@ -407,6 +419,11 @@ class MemwatchSession:
 
                 self.ranks = RankFeeds(self._clock)
             self._devices_start: tuple[DeviceMemory, ...] = tuple(self._accelerator.details())
+            if self.guard_share is not None:
+                shm = self._shm.usage()
+                self.guard = MemoryGuard(
+                    self.guard_share, self._limit, shm.total_bytes if shm else None, self._accelerator, self.interval_s
+                )
             if self._inherited_scan is None:
                 # cyclic garbage the previous cells left young would otherwise be freed whenever the
                 # collector next runs, as a drop in the middle of this cell's curves (seen to hide a
@@ -671,6 +688,7 @@ class MemwatchSession:
             holder_series={} if self._tracker is None else self._tracker.snapshot(),
             live_suspects_at_step=self._live_suspects_at_step,
             ranks=None if self.ranks is None else self.ranks.summaries(ended_by),
+            guard_advice=() if self.guard is None else self.guard.advice(ended_by, self),
         )
 
 
@@ -737,6 +755,8 @@ class MemwatchSession:
             self.timeline, self.steps, self._elapsed_s(), tree_workers, self.live_verdict(loader),
             clock=self.clock, loader=loader, holder=self.live_holder(),
         )
+        if self.guard is not None:
+            status = dataclasses.replace(status, guard=self.guard.status_text(self.clock))
         ranks = self.live_ranks()
         if not ranks:
             return status

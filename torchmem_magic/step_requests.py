@@ -16,6 +16,11 @@ class StopTraining(KeyboardInterrupt):
     """
 
 
+class RaisedAtStep:
+    """Marks an exception that a step request raises into the user's loop on purpose (the memory
+    guard's): the step hooks let it through instead of counting it as a failure of their own."""
+
+
 class StepRequests:
     """A thread-safe queue of actions plus a stop flag, drained at each step boundary."""
 
@@ -23,6 +28,7 @@ class StepRequests:
         self._actions: deque[Callable[[], None]] = deque()  # deque append/popleft are atomic
         self._stop = threading.Event()
         self._on_error = on_error
+        self._raise: BaseException | None = None  # raised at the next step, once
 
     def request(self, action: Callable[[], None]) -> None:
         self._actions.append(action)
@@ -30,9 +36,13 @@ class StepRequests:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def raise_at_step(self, exc: BaseException) -> None:
+        """Raise `exc` in the training thread at the next step (after any queued actions)."""
+        self._raise = exc
+
     @property
     def pending(self) -> bool:
-        return bool(self._actions) or self._stop.is_set()
+        return bool(self._actions) or self._stop.is_set() or self._raise is not None
 
     def run(self, step: int) -> None:
         """Run what was asked; an action's failure goes to `on_error`, never into the loop."""
@@ -42,6 +52,9 @@ class StepRequests:
                 action()
             except Exception as exc:
                 self._on_error(exc)
+        raising, self._raise = self._raise, None
+        if raising is not None:
+            raise raising
         if self._stop.is_set():
             self._stop.clear()
             raise StopTraining(f"stopped with the Stop button after step {step}")

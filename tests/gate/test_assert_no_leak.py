@@ -113,7 +113,7 @@ def test_fail_on_takes_only_verdicts_that_mean_trouble(fail_on: tuple[str, ...])
 
 
 def test_an_unknown_option_is_refused_where_the_gate_is_written() -> None:
-    with pytest.raises(TypeError, match="unknown option intervall_ms; the options are device, interval_ms"):
+    with pytest.raises(TypeError, match="unknown option intervall_ms; the options are device, guard, interval_ms"):
         LeakGate({}, intervall_ms=20)
 
 

@@ -11,6 +11,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(torchmem_magic.__all__) == [
         "LeakError",
         "MemcheckResult",
+        "MemoryGuardError",
         "MemwatchSession",
         "Report",
         "assert_no_leak",

@@ -44,6 +44,7 @@ class AcceleratorProbe:
     _torch: Any = field(default=None, repr=False)
     name: str = field(default="accelerator", init=False)
     columns: tuple[str, ...] = field(default=("vram_allocated_bytes", "vram_reserved_bytes"), init=False)
+    _totals: dict[int, int | None] = field(default_factory=dict, repr=False, init=False)  # a device's size never changes
 
     def _torch_module(self) -> Any:
         return self._torch if self._torch is not None else sys.modules.get("torch")
@@ -115,6 +116,22 @@ class AcceleratorProbe:
             return float(torch.mps.current_allocated_memory()), float(torch.mps.driver_allocated_memory())
         except Exception:
             return NAN, NAN
+
+    def reserved_by_device(self) -> list[tuple[str, int, int | None]]:
+        """(name, reserved bytes, total bytes or None) of each watched CUDA device: what the memory
+        guard holds against each device's size (one device can fill while another is empty)."""
+        cuda = self._cuda()
+        if cuda is None:
+            return []
+        out: list[tuple[str, int, int | None]] = []
+        for index, stats in self._watched(cuda):
+            if index not in self._totals:
+                try:
+                    self._totals[index] = int(cuda.get_device_properties(index).total_memory)
+                except Exception:
+                    self._totals[index] = None
+            out.append((f"cuda:{index}", int(stats["reserved_bytes"]["all"]["current"]), self._totals[index]))
+        return out
 
     def details(self) -> list[DeviceMemory]:
         """Per-device stats incl. peaks, retries and total memory (slower: call at start and end)."""

@@ -35,6 +35,8 @@ MAX_POINTS = 2000
 LEGEND_ROW_SHARE = 0.07  # headroom per legend entry, so the top-left legend does not hide the curves
 RANK_LEGEND_ROW_SHARE = 0.12  # the same, of the ranks' span (their panel is zoomed to it)
 MIN_ZOOM_SPAN_BYTES = 4 << 20  # a flat heap is drawn flat, not as its noise blown up to the panel's height
+#: a guard's threshold is drawn once its curve reaches this share of it: before, the line would squash the curves
+GUARD_LINE_FROM = 0.5
 
 #: (column, legend label, colour) of every curve the figure can show; absent sources are left out.
 CURVES: tuple[tuple[str, str, str], ...] = (
@@ -73,6 +75,21 @@ def _visible_curves(data: dict[str, np.ndarray], launcher: bool = False) -> list
     return curves
 
 
+def _guard_lines(
+    thresholds: Sequence[tuple[str, float, str]], columns: dict[str, np.ndarray]
+) -> list[tuple[float, str, str]]:
+    """(bytes, label, colour) of each guard threshold worth drawing: its curve has reached half of it."""
+    colours = {column: colour for column, _, colour in CURVES}
+    out = []
+    for column, threshold_bytes, label in thresholds:
+        values = columns.get(column)
+        if values is None or not _has_data(values) or not threshold_bytes > 0:
+            continue
+        if float(np.nanmax(values)) >= GUARD_LINE_FROM * threshold_bytes:
+            out.append((threshold_bytes, label, colours.get(column, "#000000")))
+    return out
+
+
 def _zoomed(low: float, peak: float, unit: float, entries: int) -> tuple[float, float | None]:
     """The ranks' y range: their readings' own span, not from zero, so that a rank's growth of a few
     MiB on a heap of a hundred shows as a slope; headroom above for the legend."""
@@ -105,10 +122,14 @@ class LiveFigure:
             display_legend=True, stroke_width=2,
         )
         self.epoch_lines = self._epoch_marks()
+        self.guard_lines = bqplot.Lines(  # the memory guard's thresholds (hidden without --guard)
+            x=np.zeros((1, 2)), y=np.zeros((1, 2)), scales={"x": self.x_scale, "y": self.y_scale},
+            line_style="dashed", stroke_width=1.5, display_legend=False, visible=False,
+        )
         self.x_axis = bqplot.Axis(scale=self.x_scale, label="time (s)")
         self.y_axis = bqplot.Axis(scale=self.y_scale, side="left", label="MiB", tick_format=",.0f")
         self.figure = bqplot.Figure(
-            marks=[self.lines, self.epoch_lines], axes=[self.x_axis, self.y_axis], title=title,
+            marks=[self.lines, self.epoch_lines, self.guard_lines], axes=[self.x_axis, self.y_axis], title=title,
             animation_duration=0, legend_location="top-left",
             fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
             layout=ipywidgets.Layout(width="100%", height="320px"),
@@ -235,6 +256,8 @@ class LiveFigure:
         x = _decimate(x_all)
         visible = _visible_curves(columns, launcher)
         peak = max((float(np.nanmax(columns[c])) for c, _, _ in visible), default=0.0)
+        guard = _guard_lines(session.guard.thresholds(), columns) if session.guard is not None and x_all.size else []
+        peak = max([peak, *(threshold for threshold, _, _ in guard)])
         unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
         curves = [(_decimate(columns[c]) / unit, label, colour) for c, label, colour in visible]
         markers = [step if by_steps else t_s for t_s, step in session.epoch_markers()]
@@ -245,7 +268,14 @@ class LiveFigure:
                     self.lines.y = np.vstack([c[0] for c in curves])
                     self.lines.labels = [c[1] for c in curves]
                     self.lines.colors = [c[2] for c in curves]
-            self.y_scale.max = _y_max(peak, unit, len(curves))
+            with self.guard_lines.hold_sync():
+                if guard:
+                    self.guard_lines.x = np.tile([x_all[0], x_all[-1]], (len(guard), 1))
+                    self.guard_lines.y = np.array([[t / unit, t / unit] for t, _, _ in guard])
+                    self.guard_lines.labels = [label for _, label, _ in guard]
+                    self.guard_lines.colors = [colour for _, _, colour in guard]
+                self.guard_lines.visible = self.guard_lines.display_legend = bool(guard)  # a hidden mark keeps its legend entry
+            self.y_scale.max = _y_max(peak, unit, len(curves) + len(guard))
             self.y_axis.label = unit_name
             _show_epochs(self.epoch_lines, markers)
             self.x_axis.label = self._x_label(session, by_steps, worst_feed if mapped else None)

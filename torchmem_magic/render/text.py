@@ -145,6 +145,8 @@ def status_line(status: LiveStatus) -> str:
         parts.append(f"shm {format_bytes(status.shm_used_bytes)}")
     if status.workers:
         parts.append(f"{status.workers} workers")
+    if status.guard:
+        parts.append(status.guard)
     if status.verdict:
         parts.append(f"verdict so far: {status.verdict}")
     if status.holder:

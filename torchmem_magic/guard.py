@@ -1,0 +1,345 @@
+"""The memory guard (opt-in): stop a leaking loop with MemoryGuardError before the OOM killer does.
+
+The OOM killer ends the kernel and every variable with it; the guard ends only the cell, between two
+steps, once a watched resource reaches a share of its limit, or would reach it before the next chance
+to stop (its rate times the time to the next check plus one step). It decides on the sampler thread,
+over the rows the sampler reads anyway; the raise is a step request, so it happens on the training
+thread at a step boundary, never in the middle of the user's code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .step_requests import RaisedAtStep
+from .units import format_bytes, format_duration, rate_unit
+from .verdict import robust_slope
+
+if TYPE_CHECKING:
+    from .probes.accelerator import AcceleratorProbe
+    from .model import Suspect
+    from .probes.limits import MemoryLimit
+
+#: the growth rate is the slope over the rows of this last stretch (a leak's rate now, not the run's)
+RATE_WINDOW_S = 1.0
+RATE_MAX_ROWS = 64
+RECENT_ROWS = 3  # ... or over the last rows (two intervals), whichever is faster
+
+
+class Watching(Protocol):
+    """What the guard reads of the session that runs it (MemwatchSession)."""
+
+    @property
+    def clock(self) -> str: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def elapsed_s(self) -> float: ...
+
+    def holders_so_far(self) -> tuple[dict[str, list[tuple[int, int]]], tuple[Suspect, ...]]: ...
+
+    def live_holder(self) -> str | None: ...
+
+    def raise_at_step(self, exc: BaseException) -> None: ...
+
+
+class MemoryGuardError(MemoryError, RaisedAtStep):
+    """The memory guard stopped the loop at a step boundary: a watched resource reached (or was about
+    to reach) its share of the limit. A MemoryError, so code that handles running out of memory handles
+    it; the kernel and its variables are intact. `.trip` says what tripped it (None once unpickled)."""
+
+    __module__ = "torchmem_magic"  # tracebacks and CI logs name it where users import it from
+
+    def __init__(self, message: str, trip: GuardTrip | None = None) -> None:
+        super().__init__(message)
+        self.trip = trip
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MemoryGuardError, (str(self),))
+
+
+def parse_guard(value: str | float) -> float:
+    """'90%', '90', 90, '0.9' or 0.9 -> 0.9: the share of a limit at which the guard stops the loop
+    (a number above 1 is a percentage). ValueError for anything else."""
+    text = str(value).strip()
+    percent = text.endswith("%")
+    try:
+        number = math.nan if isinstance(value, bool) else float(text.removesuffix("%").strip())
+    except ValueError:
+        number = math.nan
+    share = number / 100.0 if percent or number > 1 else number
+    if not 0 < share <= 1:  # NaN too
+        raise ValueError(f"guard takes a share of the limit: 90%, 90 or 0.9 (above 0, at most 100%); got {value!r}")
+    return share
+
+
+#: resource -> (the row's column, what happens at its limit)
+_RAM, _SHM, _VRAM = "RAM", "/dev/shm", "VRAM"
+_AT_LIMIT = {_RAM: "the OOM killer", _SHM: "a DataLoader worker's bus error", _VRAM: "CUDA out of memory"}
+_COLUMNS = {_RAM: "ram_bytes", _SHM: "shm_used_bytes", _VRAM: "vram_reserved_bytes"}
+
+
+class MemoryGuard:
+    """Holds the sampler's rows against the limits (RAM of the process tree, /dev/shm, each watched
+    CUDA device's reserved memory) and asks the session to raise MemoryGuardError when one trips.
+    `check` runs on the sampler thread; the rest is read by the live figure and the report."""
+
+    def __init__(
+        self,
+        share: float,
+        ram_limit: MemoryLimit,
+        shm_total_bytes: int | None,
+        accelerator: AcceleratorProbe,
+        interval_s: float,
+    ) -> None:
+        self.share = share
+        self._ram_limit = ram_limit
+        self._shm_total_bytes = shm_total_bytes
+        self._accelerator = accelerator
+        self._interval_s = interval_s
+        self._rows: deque[tuple[float, float, dict[str, float]]] = deque(maxlen=RATE_MAX_ROWS)  # (t_s, step, used)
+        self.levels: tuple[Level, ...] = ()  # at the last check
+        self.horizon_s = interval_s
+        self.trip: GuardTrip | None = None  # the first one
+        self._error: MemoryGuardError | None = None  # the last one asked for
+
+    def check(self, row: dict[str, float], session: Watching) -> None:
+        """Sampler thread: judge this row; on a trip, have the next step raise MemoryGuardError."""
+        used = {_RAM: row.get("ram_bytes", math.nan), _SHM: row.get("shm_used_bytes", math.nan)}
+        limits = {_RAM: (float(self._ram_limit.limit_bytes), self._ram_limit.source)}
+        if self._shm_total_bytes:
+            limits[_SHM] = (float(self._shm_total_bytes), "its size")
+        if not math.isnan(row.get("vram_reserved_bytes", math.nan)):
+            for name, reserved_bytes, total_bytes in self._accelerator.reserved_by_device():
+                used[f"{_VRAM} {name}"] = float(reserved_bytes)
+                if total_bytes:
+                    limits[f"{_VRAM} {name}"] = (float(total_bytes), "the device's size")
+        t_s, step = row.get("t_s", math.nan), row.get("step", math.nan)
+        self._rows.append((t_s, step, used))
+        while len(self._rows) > 2 and t_s - self._rows[0][0] > RATE_WINDOW_S:
+            self._rows.popleft()
+        self.horizon_s = self._horizon_s()
+        self.levels = tuple(
+            Level(resource, used[resource], limit_bytes, source, *self._growth(resource))
+            for resource, (limit_bytes, source) in limits.items()
+        )
+        trip = guard_trip(self.levels, self.share, self.horizon_s)
+        if trip is None:
+            return
+        if self._error is not None and self._error.__traceback__ is None:
+            return  # asked for already, not raised yet (a raised one has a traceback: the loop went on)
+        self.trip = self.trip or trip
+        self._error = MemoryGuardError(guard_message(trip, session.clock, _top_holder(session)), trip)
+        session.raise_at_step(self._error)
+
+    def _growth(self, resource: str) -> tuple[float | None, float | None]:
+        """(bytes per second, bytes per step) over the last rows; None where unknown. The faster of the
+        last second's robust slope and the last RECENT_ROWS' slope: a leak that just began (or sped up)
+        is judged at its rate now, not diluted by the flat stretch before it."""
+        rows = [(t, s, used[resource]) for t, s, used in self._rows if resource in used and not math.isnan(used[resource])]
+        if len(rows) < 2:
+            return None, None
+        recent = rows[-RECENT_ROWS:]
+        span_s = recent[-1][0] - recent[0][0]
+        rates = [robust_slope([t for t, _, _ in rows], [v for _, _, v in rows]),
+                 (recent[-1][2] - recent[0][2]) / span_s if span_s > 0 else None]
+        per_s = max((r for r in rates if r is not None), default=None)
+        if per_s is None:
+            return None, None
+        for stretch in (recent, rows):  # seconds a step takes, lately if steps were made lately
+            steps = stretch[-1][1] - stretch[0][1]
+            if steps > 0:
+                return per_s, per_s * (stretch[-1][0] - stretch[0][0]) / steps
+        return per_s, None
+
+    def _horizon_s(self) -> float:
+        """Until the guard can next stop the loop: the next check, then up to one step. The next check
+        comes as late as the latest of the last second's checks while the loop stepped. A step lasts
+        what the last second's steps took, else at least as long as the current one has run so far;
+        rows from before the first step say nothing of it (they time the setup)."""
+        stepping = [(t_s, step) for t_s, step, _ in self._rows if step >= 1]
+        gaps_s = [later[0] - earlier[0] for earlier, later in zip(stepping, stepping[1:])]
+        check_s = max([self._interval_s, *gaps_s])  # the sampler is late when the loop holds the GIL: as late again
+        if not stepping:
+            return check_s
+        (first_s, first_step), (last_s, last_step) = stepping[0], stepping[-1]
+        if last_step > first_step:
+            current_since_s = next(t_s for t_s, step in stepping if step == last_step)
+            step_s = max((last_s - first_s) / (last_step - first_step), last_s - current_since_s)
+        else:
+            step_s = last_s - first_s
+        return check_s + step_s
+
+    @property
+    def raised(self) -> bool:
+        """True once a MemoryGuardError was raised into the loop."""
+        return self._error is not None and self._error.__traceback__ is not None
+
+    def status_text(self, clock: str) -> str | None:
+        """The live status line's part: the level, and how soon the threshold comes at this rate."""
+        return guard_status(self.levels, self.share, self.trip is not None and not self.raised, clock)
+
+    def thresholds(self) -> list[tuple[str, float, str]]:
+        """(column, bytes, label) of each line the live figure may draw: the share of RAM's and
+        /dev/shm's limits, and of the watched devices' sizes summed (the figure draws their sum)."""
+        out = []
+        vram = [lv for lv in self.levels if lv.resource.startswith(_VRAM)]
+        for level in [lv for lv in self.levels if not lv.resource.startswith(_VRAM)] + vram[:1]:
+            limit_bytes = sum(lv.limit_bytes for lv in vram) if level in vram else level.limit_bytes
+            resource = _VRAM if level in vram else level.resource
+            out.append((_COLUMNS[resource], self.share * limit_bytes, f"guard: {_percent(self.share)} of {resource} limit"))
+        return out
+
+    def advice(self, ended_by: BaseException | None, session: Watching) -> tuple[str, ...]:
+        """The report's line on what the guard did (nothing when it never tripped)."""
+        return guard_advice(self.trip, self.share, isinstance(ended_by, MemoryGuardError), self.raised,
+                            session.clock, session.steps)
+
+
+def _top_holder(session: Watching) -> str | None:
+    """The fastest-growing holder the scans during the run saw, with its fix if one is known."""
+    try:
+        _, suspects = session.holders_so_far()
+    except Exception:  # the holders are extra: never let them keep the guard from acting
+        suspects = ()
+    growing = [s for s in suspects if s.growth_per_step is not None and s.growth_per_step > 0]
+    if not growing:
+        return session.live_holder()
+    top = max(growing, key=lambda s: s.growth_per_step or 0.0)
+    line = f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(session.clock)}, {top.kind}"
+    return f"{line} — fix: {top.fix}" if top.fix else line
+
+
+# ----------------------------------------------------------------------------- the decision (pure)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One watched resource at one check."""
+
+    resource: str  # "RAM", "/dev/shm", "VRAM cuda:0"
+    used_bytes: float  # NaN: not read
+    limit_bytes: float
+    limit_source: str  # "cgroup v2", "system", "TORCHMEM_MAGIC_RAM_LIMIT", "its size", ...
+    per_s_bytes: float | None = None  # growth over the last second; None: unknown
+    per_step_bytes: float | None = None
+
+    @property
+    def share(self) -> float:
+        return self.used_bytes / self.limit_bytes
+
+    def seconds_to(self, share: float) -> float | None:
+        """Seconds until `share` of the limit at the current rate; None if not growing."""
+        if self.per_s_bytes is None or not self.per_s_bytes > 0:
+            return None
+        return max(0.0, (share * self.limit_bytes - self.used_bytes) / self.per_s_bytes)
+
+
+@dataclass(frozen=True)
+class GuardTrip:
+    """A resource at or over its threshold now (`projected` False), or within `horizon_s` at its rate."""
+
+    level: Level
+    share: float
+    projected: bool
+    horizon_s: float
+
+
+def _judged(levels: Sequence[Level]) -> list[Level]:
+    return [lv for lv in levels if lv.limit_bytes > 0 and math.isfinite(lv.limit_bytes) and not math.isnan(lv.used_bytes)]
+
+
+def guard_trip(levels: Sequence[Level], share: float, horizon_s: float) -> GuardTrip | None:
+    """The resource that trips the guard: one at `share` of its limit already (the fullest), else one
+    its rate takes there within `horizon_s` (the time until the guard can next stop the loop). A rate
+    of zero or less, or an unknown one, counts only what is used now; NaN readings are ignored."""
+    judged = _judged(levels)
+    over = [lv for lv in judged if lv.used_bytes >= share * lv.limit_bytes]
+    if over:
+        return GuardTrip(max(over, key=lambda lv: lv.share), share, False, 0.0)
+    if not horizon_s >= 0:
+        return None
+
+    def projected_share(level: Level) -> float:
+        return (level.used_bytes + (level.per_s_bytes or 0.0) * horizon_s) / level.limit_bytes
+
+    soon = [lv for lv in judged if lv.per_s_bytes is not None and lv.per_s_bytes > 0 and projected_share(lv) >= share]
+    if soon:
+        return GuardTrip(max(soon, key=projected_share), share, True, horizon_s)
+    return None
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:.3g}%"
+
+
+def _rates(level: Level, clock: str) -> str:
+    """'+5.0 MiB/step (+480.0 MiB/s)', '+2.0 MiB/s' or 'not growing'."""
+    if level.per_s_bytes is None or not level.per_s_bytes > 0:
+        return "not growing"
+    per_s = f"{format_bytes(level.per_s_bytes, signed=True)}/s"
+    if clock == "time" or level.per_step_bytes is None:
+        return per_s
+    return f"{format_bytes(level.per_step_bytes, signed=True)}/{rate_unit(clock)} ({per_s})"
+
+
+def guard_message(trip: GuardTrip, clock: str, holder: str | None) -> str:
+    """MemoryGuardError's text: the resource, its level, its rate, and the top holder so far."""
+    level, share = trip.level, trip.share
+    kind = level.resource.split(" ")[0]
+    where = (f"{level.resource} at {format_bytes(level.used_bytes)}, {_percent(level.share)} of its "
+             f"{format_bytes(level.limit_bytes)} limit ({level.limit_source})")
+    if trip.projected:
+        why = f"would pass {_percent(share)} within {trip.horizon_s:.2g} s at {_rates(level, clock)}"
+    else:
+        why = f"over the {_percent(share)} guard, growing {_rates(level, clock)}"
+    first = f"memwatch guard: {where} {why}; stopped before {_AT_LIMIT.get(kind, 'its limit')}"
+    second = f"top holder so far: {holder}" if holder else "top holder so far: none named yet (see the report's suspects)"
+    return f"{first}\n{second}"
+
+
+def guard_status(levels: Sequence[Level], share: float, tripped: bool = False, clock: str = "optimizer") -> str | None:
+    """The live status line's warning: 'guard: RAM 61% of 4.0 GiB, 90% in ~2 min at +5.0 MiB/s'. The
+    resource that reaches its threshold soonest at its rate, else the fullest; None before a reading."""
+    judged = _judged(levels)
+    if not judged:
+        return None
+    growing = [(lv.seconds_to(share), lv) for lv in judged if lv.seconds_to(share) is not None]
+    level = min(growing, key=lambda p: p[0] or 0.0)[1] if growing else max(judged, key=lambda lv: lv.share)
+    text = f"guard: {level.resource} {level.share * 100:.0f}% of {format_bytes(level.limit_bytes)}"
+    if tripped or level.used_bytes >= share * level.limit_bytes:
+        then = "no step clock to stop it at" if clock == "time" else "stopping at the next step"
+        return f"{text}, over {_percent(share)}: {then}"
+    seconds = level.seconds_to(share)
+    if seconds is not None and level.per_s_bytes is not None:
+        text += f", {_percent(share)} in ~{format_duration(seconds, rough=True)} at {format_bytes(level.per_s_bytes, signed=True)}/s"
+    return text
+
+
+def guard_advice(
+    trip: GuardTrip | None, share: float, stopped_it: bool, raised: bool, clock: str, steps: int
+) -> tuple[str, ...]:
+    """The report's advice line: the guard stopped the run and why, or why it tripped but could not act."""
+    if trip is None:
+        return ()
+    level = trip.level
+    what = (f"{level.resource} {'would pass' if trip.projected else 'reached'} {_percent(share)} of its "
+            f"{format_bytes(level.limit_bytes)} limit ({level.limit_source}) at {format_bytes(level.used_bytes)}, "
+            f"growing {_rates(level, clock)}")
+    if stopped_it:
+        return (f"the memory guard stopped the run after {steps:,} step{'s' if steps != 1 else ''} with MemoryGuardError: "
+                f"{what}; the kernel and its variables are intact, so free what the top holder keeps (see the suspects) "
+                "before running again",)
+    if raised:
+        return (f"the memory guard raised MemoryGuardError ({what}) but the loop caught it and went on",)
+    if clock == "time":
+        return (f"the memory guard tripped ({what}) but could not stop the loop: it has no step clock (no optimizer "
+                "step, backward pass, DataLoader batch or nn.Module forward call ran), and the guard stops a loop only "
+                "between two steps",)
+    return (f"the memory guard tripped ({what}) after the last step: the run ended before it could stop it",)
