@@ -117,11 +117,13 @@ class TrainingHooks:
         """Count a failure of our own callback, so it never breaks the user's loop. Except a worker
         death: torch's SIGCHLD handler raises it into whatever runs, our callbacks included, and it
         is the user's error; and what a step request raises into the loop on purpose (the memory guard)."""
+        __tracebackhide__ = True
         if isinstance(exc, RaisedAtStep) or parse_worker_death(str(exc)) is not None:
             raise exc
         self.errors.record(exc)
 
     def _tick(self, clock: StepClock) -> None:
+        __tracebackhide__ = True  # IPython hides this frame: what a step raises on purpose points at the user's line
         if not self.active:
             return
         try:
@@ -204,12 +206,14 @@ class TrainingHooks:
 
     # ------------------------------------------------------------------ the clocks
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        __tracebackhide__ = True
         if self._forward_handles:
             self._remove_forward_hooks()
         self._tick("optimizer")
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def run_backward(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
             result = original(*args, **kwargs)
             if self.active:
                 if self._forward_handles:
@@ -227,6 +231,7 @@ class TrainingHooks:
     def _after_forward(self, module: Any, args: Any, output: Any) -> None:
         """Also runs when the forward raised. After a KeyboardInterrupt (which skips it) the stale
         outermost module is still the next outermost call, so the count heals itself."""
+        __tracebackhide__ = True
         local = self._forward_state
         if getattr(local, "outermost", None) is module:
             local.outermost = None
@@ -254,6 +259,7 @@ class TrainingHooks:
 
     def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def __next__(iterator: Any) -> Any:
+            __tracebackhide__ = True
             batch = original(iterator)
             if self.active:
                 self.current_loader = self._iterator_loaders.get(iterator)

@@ -299,6 +299,7 @@ class MemwatchSession:
         is queued for the sampler thread, which files it. Which steps are sampled is the
         `StepSamplingPolicy`'s decision. Requests (button clicks) run here, between two steps.
         """
+        __tracebackhide__ = True
         counts = self.clock_counts
         counts[clock] += 1
         if clock != self.clock:

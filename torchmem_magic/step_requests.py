@@ -46,6 +46,7 @@ class StepRequests:
 
     def run(self, step: int) -> None:
         """Run what was asked; an action's failure goes to `on_error`, never into the loop."""
+        __tracebackhide__ = True
         while self._actions:
             action = self._actions.popleft()
             try:

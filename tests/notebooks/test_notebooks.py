@@ -177,3 +177,23 @@ def test_real_script_notebook_finds_the_logger_that_keeps_validation_graphs_and_
     side_by_side = _text(nb.cells[-1])
     assert "leaky: leak  · heap +" in side_by_side and "graph holders: logger" in side_by_side, side_by_side
     assert "fixed: clean · heap" in side_by_side and "graph holders: -" in side_by_side, side_by_side
+
+
+def test_kernel_death_notebook_shows_the_guard_stopping_the_leak_and_a_killed_runs_record() -> None:
+    nb = _execute("07_when_the_kernel_dies.ipynb")
+    guarded = _code(nb, "%%memwatch --guard 90%")[0]
+    errors = [o for o in guarded.outputs if o.get("output_type") == "error"]
+    assert [e["ename"] for e in errors] == ["MemoryGuardError"], errors
+    text = _text(guarded)
+    assert "memwatch: failed" in text and "of its" in text and "TORCHMEM_MAGIC_RAM_LIMIT" in text, text
+    assert any(a.startswith("the memory guard stopped the run after") for a in _advice(text)), text
+    assert "top holder so far: cache" in errors[0]["evalue"], errors[0]["evalue"]
+    survived = _text(_code(nb, "print(f'{len(cache)} steps")[0])
+    steps = int(survived.split(" steps kept")[0])
+    assert 0 < steps < 1000 and "the model is still here: (256, 256)" in survived and "status: error" in survived
+    assert "killed with SIGKILL" in _text(_code(nb, "body = ")[0])
+    last = _text(_code(nb, "%memwatch --last")[0])
+    assert "memwatch: killed" in last and "the kernel died during this run" in last, last
+    assert "outputs (autograd-graph)" in last and "fix: outputs.append(out.detach())" in last, last
+    killed, cleared = _text(nb.cells[-1]).splitlines()
+    assert killed.startswith("killed ") and killed.endswith("['outputs']") and cleared == "cleared 1", (killed, cleared)
