@@ -894,6 +894,86 @@ REAL_SCRIPT = [
 ]
 
 
+# another IPython process plays the kernel that the OOM killer ends (a notebook cannot kill itself and go on)
+KILLED_RUN = 'body = \'\'\'\nimport torch\nmodel = torch.nn.Linear(256, 256); optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\noutputs = []\nget_ipython().run_cell_magic("memwatch", "--no-plot", """\nfor step in range(10**6):\n    out = model(torch.randn(256, 256))  # 256 KiB of output, and its graph\n    loss = out.square().mean()\n    optimizer.zero_grad(); loss.backward(); optimizer.step()\n    outputs.append(out)  # keeps every step\'s graph\n""")\n\'\'\'\nkernel = subprocess.Popen([sys.executable, "-m", "IPython", "--no-banner", "--ext", "torchmem_magic", "-c", body],\n                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nfrom torchmem_magic.flight.place import records_dir  # where records live (see the README)\ndeadline = time.time() + 120\nwhile time.time() < deadline and not list(records_dir().glob("*.jsonl")):\n    time.sleep(0.1)  # its record appears when its %%memwatch run starts ...\ntime.sleep(3)  # ... and we let it train for three seconds\nkernel.send_signal(signal.SIGKILL)\nprint("killed with", signal.Signals(-kernel.wait()).name)'
+
+KERNEL_DEATH = [
+    new_markdown_cell(
+        "# When the kernel dies\n\n"
+        "*\"The kernel appears to have died. It will restart automatically.\"* That is how most notebook users meet a "
+        "memory leak: the OOM killer SIGKILLs the kernel, every variable and every figure is gone, and nothing says why.\n\n"
+        "This notebook shows the two things `%%memwatch` does about it:\n\n"
+        "1. **The guard** (`%%memwatch --guard 90%`) stops a leaking loop *before* the kill, with an exception in the "
+        "loop, and the kernel, its variables and the report survive.\n"
+        "2. **The flight recorder** keeps a small record of every `%%memwatch` run on disk while it runs, so that after "
+        "a kill the next kernel can still show the curves up to the death, the verdict, the holder and what most "
+        "likely killed it."
+    ),
+    new_code_cell(
+        "%load_ext torchmem_magic\n"
+        "import os, signal, subprocess, sys, time\n"
+        "import psutil, torch, torchmem_magic\n"
+        "torch.manual_seed(0)\n"
+        "torch.set_num_threads(1)"
+    ),
+    new_markdown_cell(
+        "## 1. The guard stops the loop before the limit\n\n"
+        "A small memory limit for this demonstration: 600 MiB above what this kernel uses now. A container or a "
+        "cgroup would set one for real (`%%memwatch` reads the tightest cgroup limit, else the machine's RAM); "
+        "`TORCHMEM_MAGIC_RAM_LIMIT` tells it one where it cannot see it, as here."
+    ),
+    new_code_cell(
+        "ram_now = psutil.Process().memory_info().rss\n"
+        "os.environ['TORCHMEM_MAGIC_RAM_LIMIT'] = str(ram_now + (600 << 20))\n"
+        "print(f'RAM now {ram_now / 2**20:.0f} MiB, limit {int(os.environ[\"TORCHMEM_MAGIC_RAM_LIMIT\"]) / 2**20:.0f} MiB')\n"
+        "model = torch.nn.Linear(256, 256)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "cache = []  # the leak: every step keeps 5 MiB"
+    ),
+    new_code_cell(
+        "%%memwatch --guard 90%\n"
+        "for step in range(1000):  # 1000 x 5 MiB would be 5 GiB: far past the limit\n"
+        "    loss = model(torch.randn(64, 256)).square().mean()\n"
+        "    optimizer.zero_grad(); loss.backward(); optimizer.step()\n"
+        "    cache.append(torch.ones(5 << 18))  # 5 MiB\n"
+        "    time.sleep(0.01)",
+        metadata={"tags": ["raises-exception"]},  # the guard's MemoryGuardError: Run All goes on
+    ),
+    new_markdown_cell(
+        "The loop raised `MemoryGuardError` (a `MemoryError`) at a step boundary once RAM reached 90% of the limit, "
+        "and the report above says so. The kernel is alive and nothing is lost: the model, the optimizer and the "
+        "cache are all still here, to inspect and to fix."
+    ),
+    new_code_cell(
+        "print(f'{len(cache)} steps kept {len(cache) * 5} MiB in cache; the model is still here: {tuple(model.weight.shape)}')\n"
+        "print('status:', torchmem_magic.last_report().status)\n"
+        "cache.clear()\n"
+        "del os.environ['TORCHMEM_MAGIC_RAM_LIMIT']"
+    ),
+    new_markdown_cell(
+        "## 2. The flight record of a kernel that was killed\n\n"
+        "A notebook cannot kill its own kernel and go on, so here another IPython process plays the kernel: it "
+        "runs a leaking loop under `%%memwatch` in this directory, and we SIGKILL it three seconds into the run, as the "
+        "OOM killer would. (Its working directory, like a restarted kernel's notebook, is what ties its record to "
+        "this notebook.)"
+    ),
+    new_code_cell(KILLED_RUN),
+    new_markdown_cell(
+        "Its record outlived it. In a new kernel of this notebook, the first `%load_ext torchmem_magic` would show "
+        "it once by itself; `%memwatch --last` shows it whenever asked (and `torchmem_magic.last_crash()` returns "
+        "it as a `Report`):"
+    ),
+    new_code_cell("%memwatch --last"),
+    new_markdown_cell(
+        "The record holds its curves up to the last half second before the kill, the verdict they give, the holder "
+        "the last scan saw (`outputs`) with its fix, and the last readings against their limits. Here nothing was "
+        "near a limit, so it says the cause cannot be known from the record; a real OOM kill is told as the OOM "
+        "killer's (the kernel's OOM-kill counters went up, or RAM was at its limit).\n\n"
+        "Records stay until you clear them:"
+    ),
+    new_code_cell("crash = torchmem_magic.last_crash()\nprint(crash.status, crash.steps, [s.name for s in crash.suspects])\nprint('cleared', torchmem_magic.clear_crashes())"),
+]
+
 def write(name: str, cells: list) -> None:
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -908,3 +988,4 @@ if __name__ == "__main__":
     write("04_dataloader_workers_and_shared_memory.ipynb", DATALOADER_SHM)
     write("05_gpu_memory.ipynb", GPU_MEMORY)
     write("06_finding_the_leak_in_a_real_script.ipynb", REAL_SCRIPT)
+    write("07_when_the_kernel_dies.ipynb", KERNEL_DEATH)
