@@ -113,11 +113,6 @@ class MemwatchMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
         plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
-        figure = None
-        if plot:  # widgets only once the flags are known to be good
-            from .render.live import LiveFigure
-
-            figure = session.listener = LiveFigure()
         if active_session() is not None:
             raise UsageError("%%memwatch: another memwatch session is running; nested runs are not supported")
         try:
@@ -129,10 +124,13 @@ class MemwatchMagics(Magics):
                     "await inside a function, or run the async part in its own cell"
                 ) from None
             raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
-        if figure is not None:
-            figure.attach(session)
-            display(figure.widget_bundle(), raw=True)
         try:
+            if plot:  # widgets only once the flags and the body are known to be good
+                from .render.live import LiveFigure
+
+                figure = session.listener = LiveFigure()
+                figure.attach(session)
+                display(figure.widget_bundle(), raw=True)
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
         except StopTraining as exc:  # the Stop button: a clean end, reported, no traceback
@@ -141,6 +139,10 @@ class MemwatchMagics(Magics):
         except BaseException as exc:
             if session.running:
                 self._stop_and_show(session, exc, args, plot)
+            elif isinstance(exc, KeyboardInterrupt):  # while the figure was made or the session started
+                print("torchmem_magic: interrupted before the cell ran (while memwatch started); nothing was "
+                      "measured", file=sys.stderr)
+                raise exc.with_traceback(None) from None  # its frames (the start's scan) hold user objects
             raise
         report = self._stop_and_show(session, None, args, plot)
         if args.return_report:

@@ -425,6 +425,7 @@ class MemwatchSession:
             self._sampler.start()
         except BaseException:
             self._teardown()
+            self._close_sources()  # an interrupt during the start's collection or scan: no socket directory left
             raise
         return self
 
@@ -454,13 +455,22 @@ class MemwatchSession:
 
     def _teardown(self) -> None:
         """Remove hooks and stop the thread; idempotent, and first thing done on every exit path."""
-        if self._hooks is not None:
-            self._hooks.remove()
-        if self._sampler is not None:
-            self._sampler.stop()
-        with _registry.lock:
-            if _registry.active is self:
-                _registry.active = None
+        try:
+            if self._hooks is not None:
+                self._hooks.remove()
+            if self._sampler is not None:
+                self._sampler.stop()
+        finally:  # an interrupt while the sampler is joined must not leave this session active for good
+            with _registry.lock:
+                if _registry.active is self:
+                    _registry.active = None
+
+    def _close_sources(self) -> None:
+        """Close the process probe's /proc readers and the ranks' socket (and its temp directory)."""
+        if self._tree is not None:
+            self._tree.close()
+        if self.ranks is not None:
+            self.ranks.close()
 
     def stop(self, exc: BaseException | None = None) -> Report:
         """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything.
@@ -473,8 +483,15 @@ class MemwatchSession:
         if self.report is not None:
             return self.report
         interruptions: list[BaseException] = []
+        # a KeyboardInterrupt while the session stops (the end-of-run scan takes up to a second): the
+        # teardown is finished and the report made without the leak finder, then the interrupt is raised
+        interrupted: list[KeyboardInterrupt] = []
         try:
-            _despite_worker_deaths(self._teardown, interruptions)
+            try:
+                _despite_worker_deaths(self._teardown, interruptions)
+            except KeyboardInterrupt as interrupt:
+                interrupted.append(interrupt.with_traceback(None))  # its frames would hold user objects
+                _despite_worker_deaths(self._teardown, interruptions)
         finally:
             self._ended_s = self._clock()
 
@@ -488,19 +505,22 @@ class MemwatchSession:
             self._final_readings()
             if self._tracker is not None:
                 self._live_suspects_at_step = first_named_step(self._tracker.snapshot())
-            self.evidence = self._evidence(worker_death() or exc, self._find_suspects())
+            ended_by = worker_death() or exc or (interrupted[0] if interrupted else None)
+            self.evidence = self._evidence(ended_by, self._find_suspects())
             self.report = assemble_report(self.evidence)
 
         try:
-            _despite_worker_deaths(make_report, interruptions)
+            try:
+                _despite_worker_deaths(make_report, interruptions)
+            except KeyboardInterrupt as interrupt:
+                interrupted.append(interrupt.with_traceback(None))
+                self._roots = None  # no scan this time: the report without suspects
+                _despite_worker_deaths(make_report, interruptions)
         finally:
             if self._tracker is not None:
                 self.holder_scans, self.holder_scan_s = self._tracker.scans, self._tracker.spent_s
             self._roots = self._tracker = None  # the provider may reference the user's namespace
-            if self._tree is not None:
-                self._tree.close()
-            if self.ranks is not None:
-                self.ranks.close()
+            self._close_sources()
         assert self.report is not None
         report = self.report
         _registry.last = report
@@ -512,6 +532,8 @@ class MemwatchSession:
         death = worker_death()
         if death is not None:
             raise death from exc
+        if interrupted and exc is None:  # the block had ended by itself: the interrupt is the block's end
+            raise interrupted[0]
         return report
 
     def _final_readings(self) -> None:

@@ -1,0 +1,84 @@
+"""Interrupts that land inside %%memwatch itself, in a real kernel (what bench/faults.py found)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from kernel_client import Kernel
+
+pytestmark = [pytest.mark.kernel]
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# a SIGINT landing in the start's or the end's leak-finder scan, made deterministic: the n-th scan raises it
+INTERRUPT_SCAN = """\
+import torchmem_magic.session as _tm_session
+_tm_real_scan = _tm_session.scan_roots
+_tm_calls = []
+def _tm_interrupted_scan(roots, budget=None, _on_call={on_call}):
+    _tm_calls.append(1)
+    if len(_tm_calls) == _on_call:
+        raise KeyboardInterrupt
+    return _tm_real_scan(roots, budget)
+_tm_session.scan_roots = _tm_interrupted_scan
+"""
+RESTORE = "_tm_session.scan_roots = _tm_real_scan"
+LEFT = (
+    "[__import__('glob').glob(__import__('os').path.join(__import__('tempfile').gettempdir(), "
+    "f\"torchmem_magic-{__import__('os').getpid()}-*\")), torchmem_magic.hooks.installed_hook_count(), "
+    "torchmem_magic.session.active_session() is None]"
+)
+PROBE = "import weakref, gc\nprobe = torch.ones(1 << 16); probe_ref = weakref.ref(probe)"
+PROBE_DIES = "(exec('del probe'), gc.collect(), probe_ref() is None)[2]"
+
+
+def test_interrupted_while_memwatch_starts_says_so_in_one_line_and_leaves_nothing(kernel: Kernel) -> None:
+    kernel.ok(PROBE)
+    kernel.ok(INTERRUPT_SCAN.format(on_call=1))
+    try:
+        execution = kernel.execute("%%memwatch\nstart_body_ran = 1\n")
+    finally:
+        kernel.ok(RESTORE)
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    assert "torchmem_magic: interrupted before the cell ran" in execution.stderr
+    assert "scan_roots" not in ANSI.sub("", "\n".join(execution.error["traceback"]))  # no internals shown
+    assert kernel.value("'start_body_ran' in globals()") is False
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.value(PROBE_DIES) is True  # sys.last_traceback holds no frame of the interrupted scan
+    kernel.ok("%%memwatch -q\nx = 1")
+
+
+def test_interrupted_while_the_report_is_made_still_shows_it(kernel: Kernel) -> None:
+    kernel.ok(PROBE)
+    kernel.ok(INTERRUPT_SCAN.format(on_call=2))
+    try:
+        execution = kernel.execute("%%memwatch --no-plot\nbody_ran = 2\n")
+    finally:
+        kernel.ok(RESTORE)
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    assert "memwatch: interrupted" in execution.stdout
+    assert kernel.value("torchmem_magic.last_report().status") == "interrupted"
+    assert kernel.value("body_ran") == 2
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.value(PROBE_DIES) is True
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+def test_interrupted_while_the_live_figure_is_made_says_so_in_one_line(kernel: Kernel) -> None:
+    kernel.ok(
+        "from torchmem_magic.render.live import LiveFigure as _TmLiveFigure\n"
+        "_tm_real_attach = _TmLiveFigure.attach\n"
+        "def _tm_interrupted_attach(self, session):\n"
+        "    raise KeyboardInterrupt  # as a SIGINT landing while the widgets are made\n"
+        "_TmLiveFigure.attach = _tm_interrupted_attach\n"
+    )
+    try:
+        execution = kernel.execute("%%memwatch\nfigure_body_ran = 3\n")
+    finally:
+        kernel.ok("_TmLiveFigure.attach = _tm_real_attach")
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    assert "torchmem_magic: interrupted before the cell ran" in execution.stderr
+    assert kernel.value("'figure_body_ran' in globals()") is False
+    assert kernel.value(LEFT) == [[], 0, True]
+    kernel.ok("%%memwatch -q\nx = 1")
