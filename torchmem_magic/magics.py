@@ -167,7 +167,8 @@ class MemwatchMagics(Magics):
         """Render the report; a rendering failure never hides the cell's own result or exception."""
         if args.quiet or returned:  # -o: the Out value is the one display (a cell that raised has none)
             return
-        try:
+
+        def render() -> None:
             if plot:
                 display(report)
             elif shell_has_kernel():  # --no-plot in a notebook: the text, and the figure a saved notebook keeps
@@ -177,6 +178,13 @@ class MemwatchMagics(Magics):
                     display(HTML(figure))
             else:  # terminal IPython: the curves as sparklines
                 print(report_long_text(report))
+
+        try:
+            try:
+                render()
+            except KeyboardInterrupt:  # another Ctrl-C while it is sent (e.g. a second one after the loop's):
+                render()  # the report is what the cell is for; then the interrupt stops the cell
+                raise
         except Exception as exc:
             print(f"torchmem_magic: could not render the report ({type(exc).__name__}: {exc})", file=sys.stderr)
 

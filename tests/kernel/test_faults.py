@@ -82,3 +82,30 @@ def test_interrupted_while_the_live_figure_is_made_says_so_in_one_line(kernel: K
     assert kernel.value("'figure_body_ran' in globals()") is False
     assert kernel.value(LEFT) == [[], 0, True]
     kernel.ok("%%memwatch -q\nx = 1")
+
+
+def test_a_second_interrupt_while_the_report_is_displayed_does_not_lose_it(kernel: Kernel) -> None:
+    """Seen with two SIGINTs close together: the second landed in display() (ipykernel flushing stdout)."""
+    kernel.ok(
+        "import torchmem_magic.magics as _tm_magics\n"
+        "_tm_real_display = _tm_magics.display\n"
+        "_tm_displays = []\n"
+        "def _tm_interrupted_display(obj, **kw):\n"
+        "    if isinstance(obj, torchmem_magic.Report) and not _tm_displays:\n"
+        "        _tm_displays.append(1)\n"
+        "        raise KeyboardInterrupt\n"
+        "    return _tm_real_display(obj, **kw)\n"
+        "_tm_magics.display = _tm_interrupted_display\n"
+    )
+    try:
+        execution = kernel.execute(
+            "%%memwatch\nmodel = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "for i in range(5):\n    opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+            "raise KeyboardInterrupt  # the first interrupt, in the loop\n"
+        )
+    finally:
+        kernel.ok("_tm_magics.display = _tm_real_display")
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    shown = [m for m in execution.of_type("display_data") if "memwatch: interrupted" in m["content"]["data"].get("text/plain", "")]
+    assert shown, "the report was not shown"
+    assert kernel.value(LEFT) == [[], 0, True]
