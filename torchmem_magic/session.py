@@ -140,6 +140,16 @@ def _despite_worker_deaths(action: Callable[[], None], interruptions: list[BaseE
             interruptions.append(interruption)
 
 
+def _despite_interrupts(action: Callable[[], None], interrupted: list[KeyboardInterrupt]) -> None:
+    """Run `action` (safe to repeat) to its end even when a KeyboardInterrupt (a second Ctrl-C) cuts it
+    short; the interrupt, without its frames, is kept for the caller to raise."""
+    try:
+        action()
+    except KeyboardInterrupt as interrupt:
+        interrupted.append(interrupt.with_traceback(None))
+        action()
+
+
 class MemwatchSession:
     """Samples memory while a block of code runs.
 
@@ -425,7 +435,8 @@ class MemwatchSession:
             self._sampler.start()
         except BaseException:
             self._teardown()
-            self._close_sources()  # an interrupt during the start's collection or scan: no socket directory left
+            # an interrupt during the start's collection or scan: no socket directory left
+            _despite_interrupts(self._close_sources, [])
             raise
         return self
 
@@ -487,11 +498,7 @@ class MemwatchSession:
         # teardown is finished and the report made without the leak finder, then the interrupt is raised
         interrupted: list[KeyboardInterrupt] = []
         try:
-            try:
-                _despite_worker_deaths(self._teardown, interruptions)
-            except KeyboardInterrupt as interrupt:
-                interrupted.append(interrupt.with_traceback(None))  # its frames would hold user objects
-                _despite_worker_deaths(self._teardown, interruptions)
+            _despite_interrupts(lambda: _despite_worker_deaths(self._teardown, interruptions), interrupted)
         finally:
             self._ended_s = self._clock()
 
@@ -520,7 +527,7 @@ class MemwatchSession:
             if self._tracker is not None:
                 self.holder_scans, self.holder_scan_s = self._tracker.scans, self._tracker.spent_s
             self._roots = self._tracker = None  # the provider may reference the user's namespace
-            self._close_sources()
+            _despite_interrupts(self._close_sources, interrupted)  # an rmtree cut short leaves the directory
         assert self.report is not None
         report = self.report
         _registry.last = report

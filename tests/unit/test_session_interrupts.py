@@ -121,3 +121,28 @@ def test_an_interrupt_during_a_mid_run_holder_scan_keeps_no_user_object(monkeypa
     gc.collect()
     assert ref() is None, "the interrupt's traceback keeps the scanned objects alive"
     assert raised.value is not None
+
+
+def test_a_second_interrupt_while_the_sources_close_neither_loses_the_report_nor_leaves_the_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen with two SIGINTs close together: the second landed in the ranks' socket directory's rmtree."""
+    from torchmem_magic.ranks.transport import RankSink
+
+    real_close = RankSink.close
+    interrupted = []
+
+    def close(self: RankSink) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        real_close(self)
+
+    monkeypatch.setattr(RankSink, "close", close)
+    session = MemwatchSession(10).start()
+    try:
+        report = session.stop(KeyboardInterrupt())  # the first interrupt ended the loop; the cell raises it
+    except KeyboardInterrupt:
+        pytest.fail("the second interrupt escaped stop()")
+    assert report.status == "interrupted" and last_report() is report
+    assert _left_behind() == []
