@@ -17,6 +17,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import HTML, display
 
 from .check import check_roots
+from .forensics import parse_worker_death
 from .notebook import notebook_roots, recent_sources
 from .render.static import figure_img_html
 from .results import report_long_text
@@ -137,9 +138,18 @@ class MemwatchMagics(Magics):
             report = self._stop_and_show(session, exc, args, plot)
             return report if args.return_report else None
         except BaseException as exc:
-            if session.running:
-                self._stop_and_show(session, exc, args, plot)
-            elif isinstance(exc, KeyboardInterrupt):  # while the figure was made or the session started
+            # torch's SIGCHLD handler raises a DataLoader worker's death into whatever line runs, also here
+            # before stop() has begun: the session must still stop (else its thread and hooks stay, and
+            # every later cell is refused as nested); the report explains the death
+            for attempt in range(4):
+                try:
+                    if session.running:
+                        self._stop_and_show(session, exc, args, plot)
+                    break
+                except Exception as death:
+                    if attempt == 3 or session.report is not None or parse_worker_death(str(death)) is None:
+                        raise
+            if session.report is None and isinstance(exc, KeyboardInterrupt):  # while the figure was made or the session started
                 print("torchmem_magic: interrupted before the cell ran (while memwatch started); nothing was "
                       "measured", file=sys.stderr)
                 raise exc.with_traceback(None) from None  # its frames (the start's scan) hold user objects

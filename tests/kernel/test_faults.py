@@ -109,3 +109,30 @@ def test_a_second_interrupt_while_the_report_is_displayed_does_not_lose_it(kerne
     shown = [m for m in execution.of_type("display_data") if "memwatch: interrupted" in m["content"]["data"].get("text/plain", "")]
     assert shown, "the report was not shown"
     assert kernel.value(LEFT) == [[], 0, True]
+
+
+def test_a_worker_death_raised_before_stop_begins_still_stops_the_session(kernel: Kernel) -> None:
+    """Seen with a SIGKILLed DataLoader worker: torch's SIGCHLD handler raised its death while the magic
+    checked `session.running` after the loop's own error; the session never stopped (thread and hooks
+    left, every later %%memwatch refused as nested)."""
+    kernel.ok(
+        "import threading, torchmem_magic.session as _tm_s\n"
+        "_tm_real_running = _tm_s.MemwatchSession.running\n"
+        "_tm_raised = []\n"
+        "def _tm_running(self):\n"
+        "    if not _tm_raised and self.report is None and threading.current_thread() is threading.main_thread():\n"
+        "        _tm_raised.append(1)\n"
+        "        raise RuntimeError('DataLoader worker (pid 4242) is killed by signal: Killed. ')\n"
+        "    return _tm_real_running.fget(self)\n"
+        "_tm_s.MemwatchSession.running = property(_tm_running)\n"
+    )
+    try:
+        execution = kernel.execute("%%memwatch --no-plot\nraise ConnectionResetError(104, 'Connection reset by peer')\n")
+    finally:
+        kernel.ok("_tm_s.MemwatchSession.running = _tm_real_running")
+    assert execution.status == "error"
+    assert "memwatch: failed" in execution.stdout  # the report was shown
+    assert kernel.value("torchmem_magic.last_report().status") == "error"
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.value("[t.name for t in threading.enumerate() if 'torchmem' in t.name]") == []
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
