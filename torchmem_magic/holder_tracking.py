@@ -102,12 +102,18 @@ class HolderTracker:
         full scan cost (a long session's namespace can take the whole 50 ms)."""
         started = self._clock()
         loop_started_s = started if self._started_s is None else self._started_s
-        roots = self._roots()
         allowed_s = self._start_allowance_s + self._budget_share * (started - loop_started_s)
         full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self.spent_s + self._full_cost_s <= allowed_s
-        if not full:
-            roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
-        result = scan_roots(roots, self._budget) if roots else None
+        try:
+            roots = self._roots()
+            if not full:
+                roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
+            result = scan_roots(roots, self._budget) if roots else None
+        except KeyboardInterrupt as interrupt:
+            # a SIGINT mid-scan (it runs on the training thread): raised without the scan's frames, which
+            # hold the user's objects (IPython keeps the traceback as sys.last_traceback)
+            roots = []
+            raise interrupt.with_traceback(None) from None
         del roots
         if result is not None:
             self._record(step, result.roots)

@@ -17,6 +17,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import HTML, display
 
 from .check import check_roots
+from .forensics import parse_worker_death
 from .notebook import notebook_roots, recent_sources
 from .render.static import figure_img_html
 from .results import report_long_text
@@ -135,11 +136,6 @@ class MemwatchMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
         plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
-        figure = None
-        if plot:  # widgets only once the flags are known to be good
-            from .render.live import LiveFigure
-
-            figure = session.listener = LiveFigure()
         if active_session() is not None:
             raise UsageError("%%memwatch: another memwatch session is running; nested runs are not supported")
         try:
@@ -151,18 +147,34 @@ class MemwatchMagics(Magics):
                     "await inside a function, or run the async part in its own cell"
                 ) from None
             raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
-        if figure is not None:
-            figure.attach(session)
-            display(figure.widget_bundle(), raw=True)
         try:
+            if plot:  # widgets only once the flags and the body are known to be good
+                from .render.live import LiveFigure
+
+                figure = session.listener = LiveFigure()
+                figure.attach(session)
+                display(figure.widget_bundle(), raw=True)
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
         except StopTraining as exc:  # the Stop button: a clean end, reported, no traceback
             report = self._stop_and_show(session, exc, args, plot)
             return report if args.return_report else None
         except BaseException as exc:
-            if session.running:
-                self._stop_and_show(session, exc, args, plot)
+            # torch's SIGCHLD handler raises a DataLoader worker's death into whatever line runs, also here
+            # before stop() has begun: the session must still stop (else its thread and hooks stay, and
+            # every later cell is refused as nested); the report explains the death
+            for attempt in range(4):
+                try:
+                    if session.running:
+                        self._stop_and_show(session, exc, args, plot)
+                    break
+                except Exception as death:
+                    if attempt == 3 or session.report is not None or parse_worker_death(str(death)) is None:
+                        raise
+            if session.report is None and isinstance(exc, KeyboardInterrupt):  # while the figure was made or the session started
+                print("torchmem_magic: interrupted before the cell ran (while memwatch started); nothing was "
+                      "measured", file=sys.stderr)
+                raise exc.with_traceback(None) from None  # its frames (the start's scan) hold user objects
             raise
         report = self._stop_and_show(session, None, args, plot)
         if args.return_report:
@@ -188,7 +200,8 @@ class MemwatchMagics(Magics):
         """Render the report; a rendering failure never hides the cell's own result or exception."""
         if args.quiet or returned:  # -o: the Out value is the one display (a cell that raised has none)
             return
-        try:
+
+        def render() -> None:
             if plot:
                 display(report)
             elif shell_has_kernel():  # --no-plot in a notebook: the text, and the figure a saved notebook keeps
@@ -198,6 +211,13 @@ class MemwatchMagics(Magics):
                     display(HTML(figure))
             else:  # terminal IPython: the curves as sparklines
                 print(report_long_text(report))
+
+        try:
+            try:
+                render()
+            except KeyboardInterrupt:  # another Ctrl-C while it is sent (e.g. a second one after the loop's):
+                render()  # the report is what the cell is for; then the interrupt stops the cell
+                raise
         except Exception as exc:
             print(f"torchmem_magic: could not render the report ({type(exc).__name__}: {exc})", file=sys.stderr)
 

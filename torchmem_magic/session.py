@@ -150,6 +150,16 @@ def _despite_worker_deaths(action: Callable[[], None], interruptions: list[BaseE
             interruptions.append(interruption)
 
 
+def _despite_interrupts(action: Callable[[], None], interrupted: list[KeyboardInterrupt]) -> None:
+    """Run `action` (safe to repeat) to its end even when a KeyboardInterrupt (a second Ctrl-C) cuts it
+    short; the interrupt, without its frames, is kept for the caller to raise."""
+    try:
+        action()
+    except KeyboardInterrupt as interrupt:
+        interrupted.append(interrupt.with_traceback(None))
+        action()
+
+
 class MemwatchSession:
     """Samples memory while a block of code runs.
 
@@ -465,7 +475,8 @@ class MemwatchSession:
             self._sampler.start()
         except BaseException:  # a KeyboardInterrupt during the scan before the run, too
             self._teardown()
-            self._close_probes()
+            # an interrupt during the start's collection or scan: no socket directory left
+            _despite_interrupts(self._close_sources, [])
             raise
         return self
 
@@ -502,17 +513,19 @@ class MemwatchSession:
 
     def _teardown(self) -> None:
         """Remove hooks and stop the thread; idempotent, and first thing done on every exit path."""
-        if self._hooks is not None:
-            self._hooks.remove()
-        if self._sampler is not None:
-            self._sampler.stop()
-        with _registry.lock:
-            if _registry.active is self:
-                _registry.active = None
+        try:
+            if self._hooks is not None:
+                self._hooks.remove()
+            if self._sampler is not None:
+                self._sampler.stop()
+        finally:  # an interrupt while the sampler is joined must not leave this session active for good
+            with _registry.lock:
+                if _registry.active is self:
+                    _registry.active = None
 
-    def _close_probes(self) -> None:
-        """Close the process-tree probe's files, the ranks' socket (and its directory), and remove the
-        flight record: the run ended with this process alive."""
+    def _close_sources(self) -> None:
+        """Close the process probe's /proc readers, the ranks' socket (and its temp directory), and
+        remove the flight record: the run ended with this process alive."""
         if self._tree is not None:
             self._tree.close()
         if self.ranks is not None:
@@ -531,8 +544,11 @@ class MemwatchSession:
         if self.report is not None:
             return self.report
         interruptions: list[BaseException] = []
+        # a KeyboardInterrupt while the session stops (the end-of-run scan takes up to a second): the
+        # teardown is finished and the report made without the leak finder, then the interrupt is raised
+        interrupted: list[KeyboardInterrupt] = []
         try:
-            _despite_worker_deaths(self._teardown, interruptions)
+            _despite_interrupts(lambda: _despite_worker_deaths(self._teardown, interruptions), interrupted)
         finally:
             self._ended_s = self._clock()
 
@@ -546,16 +562,22 @@ class MemwatchSession:
             self._final_readings()
             if self._tracker is not None:
                 self._live_suspects_at_step = first_named_step(self._tracker.snapshot())
-            self.evidence = self._evidence(worker_death() or exc, self._find_suspects())
+            ended_by = worker_death() or exc or (interrupted[0] if interrupted else None)
+            self.evidence = self._evidence(ended_by, self._find_suspects())
             self.report = assemble_report(self.evidence)
 
         try:
-            _despite_worker_deaths(make_report, interruptions)
+            try:
+                _despite_worker_deaths(make_report, interruptions)
+            except KeyboardInterrupt as interrupt:
+                interrupted.append(interrupt.with_traceback(None))
+                self._roots = None  # no scan this time: the report without suspects
+                _despite_worker_deaths(make_report, interruptions)
         finally:
             if self._tracker is not None:
                 self.holder_scans, self.holder_scan_s = self._tracker.scans, self._tracker.spent_s
             self._roots = self._tracker = None  # the provider may reference the user's namespace
-            self._close_probes()
+            _despite_interrupts(self._close_sources, interrupted)  # an rmtree cut short leaves the directory
         assert self.report is not None
         report = self.report
         _registry.last = report
@@ -567,6 +589,8 @@ class MemwatchSession:
         death = worker_death()
         if death is not None:
             raise death from exc
+        if interrupted and exc is None:  # the block had ended by itself: the interrupt is the block's end
+            raise interrupted[0]
         return report
 
     def _final_readings(self) -> None:

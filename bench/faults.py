@@ -1,0 +1,713 @@
+"""Fault campaign: each fault many times in a real kernel, both cores busy, and what the tool left behind.
+
+Run: python bench/faults.py            (30 runs of every fault; ~40 min on a 2-core machine)
+     python bench/faults.py --runs 3 --only loop_interrupt,exception --no-readme
+
+Each run: a tensor made before the cell (`probe`), the fault cell (which makes `cell_tensor` first), then
+one check cell in the same kernel: the report was shown (or a clear one-line message), its status is the
+expected one, no sampler thread is alive, torch's global hook tables and the patched classes are as they
+were, no session is active, no `torchmem_magic-<pid>-*` temp directory is left, the environment, the
+signal handlers, the collector's settings and sys.stdout/stderr are unchanged, both tensors die once
+their names are deleted; then a plain `%%memwatch` training cell must give an ok report. Two processes
+spinning `while True: pass` keep both cores busy throughout (started and killed here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import platform
+import queue
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "kernel"))
+
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from jupyter_client.manager import KernelManager  # noqa: E402
+from kernel_client import SETUP, Execution  # noqa: E402
+
+README = ROOT / "README.md"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SMALL_SHM = Path(tempfile.gettempdir()) / "torchmem-faults-shm"
+
+# ---------------------------------------------------------------------------------------------- the kernel
+
+
+class FaultKernel:
+    """An ipykernel driven as tests/kernel/kernel_client.Kernel drives it; `argv_prefix` wraps the
+    interpreter (a private mount namespace with a small /dev/shm)."""
+
+    def __init__(self, argv_prefix: list[str] | None = None) -> None:
+        self._spec_dir = tempfile.TemporaryDirectory(prefix="torchmem-faults-kernelspec-")
+        spec = Path(self._spec_dir.name) / "faults"
+        spec.mkdir()
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [*(argv_prefix or []), *argv], "display_name": "faults", "language": "python",
+        }))
+        self.km = KernelManager(kernel_name="faults", kernel_spec_manager=KernelSpecManager(kernel_dirs=[self._spec_dir.name]))
+        self.km.start_kernel()
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+
+    def execute(
+        self, code: str, timeout_s: float = 180.0, at: list[tuple[float, Callable[[], None]]] | None = None,
+        trigger: str | None = None, on_text: Callable[[str, float], list[tuple[float, Callable[[], None]]]] | None = None,
+        store_history: bool = True,
+    ) -> tuple[Execution, dict[str, float]]:
+        """Run `code`; actions run at (seconds after the request) or, once `trigger` appears in the cell's
+        stdout, at the times `on_text(stdout so far, now)` returns (absolute monotonic). Returns the
+        execution and when things happened (relative seconds: 'reply', 'trigger', each stdout marker)."""
+        sent = time.monotonic()
+        msg_id = self.kc.execute(code, store_history=store_history)
+        deadline = sent + timeout_s
+        pending = sorted(((sent + t, f) for t, f in (at or [])), key=lambda p: p[0])
+        execution = Execution(reply={})
+        times: dict[str, float] = {}
+        stdout = ""
+        idle = False
+        while not (idle and execution.reply):
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError(f"kernel did not finish within {timeout_s}s")
+            while pending and now >= pending[0][0]:
+                pending.pop(0)[1]()
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.005)
+            except queue.Empty:
+                msg = None
+            if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
+                execution.iopub.append(msg)
+                if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+                    stdout += msg["content"]["text"]
+                    for marker in re.findall(r"^([A-Z][A-Z ]+[A-Z])\b", msg["content"]["text"], re.M):
+                        times.setdefault(marker, time.monotonic() - sent)
+                    if trigger is not None and trigger in stdout and "trigger" not in times and on_text is not None:
+                        times["trigger"] = time.monotonic() - sent
+                        pending = sorted(pending + on_text(stdout, time.monotonic()), key=lambda p: p[0])
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    idle = True
+            if not execution.reply:
+                try:
+                    reply = self.kc.get_shell_msg(timeout=0)
+                except queue.Empty:
+                    continue
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    execution.reply = reply
+                    times["reply"] = time.monotonic() - sent
+        return execution, times
+
+    def ok(self, code: str, timeout_s: float = 300.0) -> Execution:
+        execution, _ = self.execute(code, timeout_s=timeout_s, store_history=False)
+        if execution.reply["content"]["status"] != "ok":
+            error = execution.error or {}
+            raise RuntimeError(f"setup cell failed: {error.get('ename')}: {error.get('evalue')}\n"
+                               + ANSI.sub("", "\n".join(error.get("traceback", []))))
+        return execution
+
+    def value(self, expr: str, timeout_s: float = 300.0) -> Any:
+        execution = self.ok(f"import json as _j; print('@@' + _j.dumps({expr}))", timeout_s=timeout_s)
+        line = [l for l in execution.stdout.splitlines() if l.startswith("@@")][-1]
+        return json.loads(line[2:])
+
+    def interrupt(self) -> None:
+        self.km.interrupt_kernel()
+
+    def shutdown(self) -> None:
+        try:
+            self.kc.stop_channels()
+            self.km.shutdown_kernel(now=True)
+        finally:
+            self._spec_dir.cleanup()
+
+
+# ------------------------------------------------------------------------------ what is checked in the kernel
+
+STATE_HELPER = r'''
+def _fault_state():
+    import gc, glob, hashlib, os, signal, sys, tempfile, threading
+    import torch
+    import torch.optim.optimizer as _oo
+    from torch.nn.modules import module as _mm
+    from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+    import torchmem_magic.hooks as _h
+    import torchmem_magic.session as _s
+    patched = {
+        "torch.autograd._engine_run_backward": torch.autograd.__dict__["_engine_run_backward"],
+        "DataLoader.__iter__": DataLoader.__dict__["__iter__"],
+        "_BaseDataLoaderIter.__next__": _BaseDataLoaderIter.__dict__["__next__"],
+    }
+    tables = {n: len(getattr(_mm, n)) for n in dir(_mm) if n.startswith("_global_") and n.endswith("hooks")}
+    tables.update({n: len(getattr(_oo, n)) for n in ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")})
+    return {
+        "sampler threads": sorted(t.name for t in threading.enumerate() if "torchmem" in t.name),
+        "hook tables": tables,
+        "our hooks": _h.installed_hook_count(),
+        "patched": sorted(n for n, f in patched.items() if getattr(f, _h.WRAPPER_MARK, False) or hasattr(f, "__wrapped__")),
+        "active session": _s.active_session() is not None,
+        "temp dirs": sorted(glob.glob(os.path.join(tempfile.gettempdir(), f"torchmem_magic-{os.getpid()}-*"))),
+        "environment": hashlib.sha1(repr(sorted(os.environ.items())).encode()).hexdigest(),
+        # torch's DataLoader installs its SIGCHLD handler once per process, for good: not ours
+        "signals": [("torch's DataLoader handler" if "_set_SIGCHLD_handler" in repr(h) else repr(h)) for h in
+                    map(signal.getsignal, (signal.SIGINT, signal.SIGCHLD, signal.SIGTERM))],
+        "gc": [gc.isenabled(), list(gc.get_threshold())],
+        "streams": [type(sys.stdout).__name__, type(sys.stderr).__name__],
+        "trace": [repr(sys.gettrace()), repr(sys.getprofile())],
+    }
+
+def _fault_check():
+    import gc, json
+    import torchmem_magic
+    ns = get_ipython().user_ns
+    refs = {n: ns.pop(n) for n in ("probe_ref", "cell_ref") if n in ns}
+    for n in ("probe", "cell_tensor"):
+        ns.pop(n, None)
+    gc.collect()
+    report = torchmem_magic.last_report()
+    out = {
+        "state": _fault_state(),
+        "alive": sorted(n for n, r in refs.items() if r() is not None),
+        "made": sorted(refs),
+        "report": None if report is None else {"status": report.status, "error": report.error, "steps": report.steps,
+                                                 "shm": None if report.shm is None else report.shm.to_dict(),
+                                                 "advice": list(report.advice)},
+        "flags": {k: ns.get(k) for k in ("body_started", "body_done")},
+    }
+    for k in ("body_started", "body_done"):
+        ns.pop(k, None)
+    import torchmem_magic.session as _s
+    _s._registry.last = None  # the next cell's report must be its own
+    return out
+'''
+
+WARM_LOADER = (
+    "from torch.utils.data import DataLoader as _DL\n"
+    "try:\n"
+    "    list(_DL(list(range(4)), num_workers=1))\n"
+    "except OSError:\n"
+    "    pass  # a full /dev/shm: no semaphore for the loader's queues\n"
+)
+
+PRE_CELL = "import weakref, torch\nprobe = torch.ones(1 << 16); probe_ref = weakref.ref(probe)\n"
+
+BODY_HEAD = (
+    "import time, weakref\n"
+    "body_started = True\n"
+    "cell_tensor = torch.ones(1 << 16); cell_ref = weakref.ref(cell_tensor)\n"
+    "model = torch.nn.Linear(32, 8); opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+)
+STEP = "opt.zero_grad(); model(torch.randn(16, 32)).sum().backward(); opt.step()"
+
+
+def timed_loop(seconds: float, indent: str = "") -> str:
+    return (f"{indent}t0 = time.time()\n"
+            f"{indent}while time.time() - t0 < {seconds}:\n"
+            f"{indent}    {STEP}\n")
+
+
+NEXT_CELL = (
+    "%%memwatch --no-plot --interval 20\n"
+    "model = torch.nn.Linear(32, 8); opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+    "for i in range(30):\n"
+    f"    {STEP}\n"
+)
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+
+@dataclass
+class Run:
+    """What one run of a fault saw."""
+
+    failures: list[str] = field(default_factory=list)
+    note: str = ""  # where the fault landed ('start', 'loop', ...)
+    status: str | None = None
+
+
+@dataclass
+class Fault:
+    name: str
+    what: str
+    cell: str
+    expect: Callable[[Run, Execution, dict[str, Any], dict[str, float]], None]
+    setup: str = ""
+    plan: Callable[["Campaign", random.Random], dict[str, Any]] = lambda c, r: {}
+    argv_prefix: list[str] | None = None
+    calibrate: bool = False
+    timeout_s: float = 180.0
+
+
+def _text_of(execution: Execution) -> str:
+    parts = []
+    for m in execution.iopub:
+        c = m["content"]
+        if m["msg_type"] == "stream":
+            parts.append(c["text"])
+        elif m["msg_type"] in ("display_data", "execute_result"):
+            parts.extend(str(v) for k, v in c.get("data", {}).items() if k.startswith("text/"))
+    return ANSI.sub("", "\n".join(parts))
+
+
+def report_shown(execution: Execution) -> bool:
+    return "memwatch: " in _text_of(execution)
+
+
+def one_line_message(execution: Execution) -> bool:
+    lines = [l for l in execution.stderr.splitlines() if l.strip()]
+    return any(l.startswith(("torchmem_magic:", "%%memwatch:", "UsageError: %%memwatch")) for l in lines)
+
+
+def ename(execution: Execution) -> str | None:
+    """How the cell ended; from the reply too: a second SIGINT while IPython formats the first one's
+    traceback leaves a bare 'KeyboardInterrupt' on stderr and no error message."""
+    return (execution.error or {}).get("ename") or execution.reply["content"].get("ename")
+
+
+def expect_status(run: Run, execution: Execution, check: dict[str, Any], statuses: tuple[str, ...],
+                  enames: tuple[str | None, ...], message_ok: bool = False) -> None:
+    report = check["report"]
+    shown = report_shown(execution)
+    if report is None:
+        if not (message_ok and one_line_message(execution)):
+            run.failures.append("no report" + ("" if shown else " and none shown"))
+    else:
+        run.status = report["status"]
+        if not shown:
+            run.failures.append("report not shown")
+        if report["status"] not in statuses:
+            run.failures.append(f"status {report['status']!r} (expected {'/'.join(statuses)})")
+    if ename(execution) not in enames:
+        run.failures.append(f"cell ended with {ename(execution)} (expected {'/'.join(str(e) for e in enames)})")
+
+
+def interrupt_after(campaign: "Campaign", delays: list[float]) -> Callable[[str, float], list[tuple[float, Callable[[], None]]]]:
+    def plan(_: str, now: float) -> list[tuple[float, Callable[[], None]]]:
+        return [(now + d, campaign.kernel.interrupt) for d in delays]
+    return plan
+
+
+def _loop_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    return {"trigger": "LOOP START", "on_text": interrupt_after(c, [rng.uniform(0.0, 2.0)])}
+
+
+def _double_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    first = rng.uniform(0.0, 1.5)
+    return {"trigger": "LOOP START", "on_text": interrupt_after(c, [first, first + rng.uniform(0.005, 0.3)])}
+
+
+def _start_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    # up to the moment the body started in the uninterrupted calibration run (the start's gc and scan)
+    return {"at": [(rng.uniform(0.0, c.calibration.get("BODY START", 1.0)), c.kernel.interrupt)]}
+
+
+def _report_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    end = c.calibration.get("reply", 2.0) - c.calibration.get("BODY DONE", 0.5)
+    return {"trigger": "BODY DONE", "on_text": interrupt_after(c, [rng.uniform(0.0, max(end, 0.05))])}
+
+
+VICTIM: dict[str, int] = {}  # the worker the last run killed
+
+
+def _kill_worker_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    delay = rng.uniform(0.1, 1.5)
+
+    def plan(stdout: str, now: float) -> list[tuple[float, Callable[[], None]]]:
+        pids = [int(p) for p in re.search(r"WORKERS ([\d ]+)", stdout).group(1).split()]
+        victim = VICTIM["pid"] = rng.choice(pids)
+
+        def kill() -> None:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return [(now + delay, kill)]
+
+    return {"trigger": "WORKERS", "on_text": plan}
+
+
+def expect_loop_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    run.note = "loop" if "LOOP END" not in t else "after loop"
+    expect_status(run, e, check, ("interrupted",), ("KeyboardInterrupt",))
+
+
+def expect_start_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    started = bool(check["flags"]["body_started"])
+    run.note = "body" if started else "start"
+    if started:
+        expect_status(run, e, check, ("interrupted",), ("KeyboardInterrupt",))
+    else:  # before the body ran: no run to report; a one-line message, or a report saying so
+        expect_status(run, e, check, ("interrupted",), ("KeyboardInterrupt",), message_ok=True)
+
+
+def expect_report_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    # the body finished; the interrupt came while the report was made or shown (or just after)
+    run.note = "before reply" if ename(e) == "KeyboardInterrupt" else "missed"
+    expect_status(run, e, check, ("ok", "interrupted"), ("KeyboardInterrupt", None))
+
+
+def expect_error(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    expect_status(run, e, check, ("error",), ("ValueError",))
+    report = check["report"]
+    if report is not None and "fault injected" not in (report["error"] or ""):
+        run.failures.append(f"report error {report['error']!r}")
+
+
+def expect_worker_killed(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    # what the loop sees of the death is torch's: its "worker ... killed" RuntimeError, or the pipe's
+    # ConnectionResetError / EOFError when that comes first; the report must name the killed worker either way
+    run.note = f"loop saw {ename(e)}" if ename(e) else "loop ended first"
+    expect_status(run, e, check, ("error",) if ename(e) else ("ok",),
+                  ("RuntimeError", "ConnectionResetError", "EOFError") if ename(e) else (None,))
+    report = check["report"]
+    said = " ".join([report["error"] or "", *report["advice"]]) if report else ""
+    if ename(e) and report is not None and str(VICTIM.get("pid")) not in said:
+        run.failures.append(f"the report does not name the killed worker {VICTIM.get('pid')}: {said[:100]!r}")
+
+
+def expect_ok(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    expect_status(run, e, check, ("ok",), (None,))
+
+
+def expect_shm_path_full(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    expect_ok(run, e, check, t)
+    shm = (check["report"] or {}).get("shm") or {}
+    if shm.get("limit") == shm.get("peak") == 1 << 20:
+        run.note = "report: shm 1 MiB of 1 MiB"
+    else:
+        run.failures.append(f"shm in the report: {shm.get('peak')} of {shm.get('limit')}")
+
+
+def expect_shm_full_loader(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    evalue = ((e.error or {}).get("evalue") or "").splitlines()
+    run.note = f"{ename(e)}: {evalue[0][:50] if evalue else ''}"
+    expect_status(run, e, check, ("error",), ("RuntimeError", "OSError"))
+    report = check["report"] or {}
+    if not any("shm" in a.lower() or "shared" in a.lower() for a in report.get("advice") or []):
+        run.note += "; no shm advice"
+
+
+def expect_nested(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    expect_ok(run, e, check, t)
+    if "another memwatch session is running" not in e.stderr:
+        run.failures.append("inner cell: no one-line message")
+    if "OUTER DONE" not in e.stdout:
+        run.failures.append("outer body did not finish")
+
+
+HOSTILE_SETUP = r'''
+import itertools, sys, torch
+class Hostile:
+    def __getattr__(self, name): raise RuntimeError("hostile __getattr__")
+    def __len__(self): raise RuntimeError("hostile __len__")
+    def __iter__(self): raise RuntimeError("hostile __iter__")
+    def __sizeof__(self): raise RuntimeError("hostile __sizeof__")
+    def __hash__(self): raise RuntimeError("hostile __hash__")
+    def __eq__(self, other): raise RuntimeError("hostile __eq__")
+    def __repr__(self): raise RuntimeError("hostile __repr__")
+    @property
+    def __class__(self): raise RuntimeError("hostile __class__")
+    @property
+    def __dict__(self): raise RuntimeError("hostile __dict__")
+class HostileAttr:
+    def __getattribute__(self, name): raise RuntimeError("hostile __getattribute__")
+class Huge(list):
+    def __len__(self): return sys.maxsize
+    def __iter__(self): return itertools.count()
+class Endless:
+    def __len__(self): return 3
+    def __iter__(self):
+        while True:
+            yield torch.ones(1)
+    def __getitem__(self, i): return torch.ones(1)
+class HostileDict(dict):
+    def __iter__(self): raise RuntimeError("hostile dict __iter__")
+    def items(self): raise RuntimeError("hostile dict items")
+    def keys(self): raise RuntimeError("hostile dict keys")
+    def values(self): raise RuntimeError("hostile dict values")
+    def __len__(self): return -1 if False else sys.maxsize
+class Holder: pass
+hostile = Hostile(); hostile_attr = HostileAttr(); huge = Huge([torch.ones(4)]); endless = Endless()
+hostile_dict = HostileDict(t=torch.ones(1 << 12))
+holder = Holder(); holder.me = holder; holder.t = torch.ones(1 << 12)
+selfref_list = []; selfref_list.append(selfref_list); selfref_list.append(torch.ones(8))
+selfref_dict = {}; selfref_dict["me"] = selfref_dict; selfref_dict["t"] = torch.ones(8)
+deep = []
+for _ in range(100_000):
+    deep = [deep]
+hostile_keys = {Hostile.__new__(Hostile): 1} if False else {}
+try:
+    hostile_keys[HostileAttr()] = torch.ones(8)  # hash() of it uses the type's slot, not __getattribute__
+except Exception:
+    pass
+class HostileTensor(torch.Tensor):
+    def __getattr__(self, name): raise RuntimeError("hostile tensor __getattr__")
+    @property
+    def __class__(self): raise RuntimeError("hostile tensor __class__")
+hostile_tensor = torch.ones(16).as_subclass(HostileTensor)
+'''
+
+
+def faults() -> list[Fault]:
+    loop_cell = ("%%memwatch --interval 20\n" + BODY_HEAD + "print('LOOP START', flush=True)\n"
+                 + timed_loop(3.0) + "print('LOOP END', flush=True)\n")
+    short_cell = ("%%memwatch --interval 20\n" + BODY_HEAD + "print('BODY START', flush=True)\n"
+                  + timed_loop(0.3) + "body_done = True\nprint('BODY DONE', flush=True)\n")
+    big_namespace = "records = [{'a': i, 'b': i + 1} for i in range(300_000)]\n"
+    worker_loader = (
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.randn(40_000, 32)), batch_size=16, num_workers=2)\n"
+    )
+    worker_cell = (
+        "%%memwatch --interval 20\n" + BODY_HEAD + worker_loader
+        + "it = iter(loader)\n"
+        + "print('WORKERS', *[w.pid for w in it._workers], flush=True)\n"
+        + "t0 = time.time()\n"
+        + "for (x,) in it:\n"
+        + "    opt.zero_grad(); model(x).sum().backward(); opt.step()\n"
+        + "    if time.time() - t0 > 4: break\n"
+        + "del it\n"
+    )
+    shm_loader_cell = (  # 2 MiB batches: more than a full 1 MiB /dev/shm has free
+        "%%memwatch --interval 20\n" + BODY_HEAD
+        + worker_loader.replace("torch.randn(40_000, 32)", "torch.randn(256, 32_768)")
+        + "for (x,) in loader:\n"
+        + "    opt.zero_grad(); model(x[:, :32]).sum().backward(); opt.step()\n"
+    )
+    exception_cell = (
+        "%%memwatch --interval 20\n" + BODY_HEAD + "import random\nstop_at = random.randint(1, 300)\n"
+        + "for i in range(1000):\n"
+        + f"    {STEP}\n"
+        + "    if i == stop_at: raise ValueError('fault injected')\n"
+    )
+    nested_cell = (
+        "%%memwatch --interval 20\n" + BODY_HEAD + timed_loop(0.3)
+        + "get_ipython().run_cell('%%memwatch\\ninner_ran = 1\\n')\n"
+        + timed_loop(0.3) + "assert 'inner_ran' not in globals()\nprint('OUTER DONE', flush=True)\n"
+    )
+    return [
+        Fault("loop_interrupt", "KeyboardInterrupt during the training loop", loop_cell, expect_loop_interrupt,
+              plan=_loop_interrupt_plan),
+        Fault("start_interrupt", "KeyboardInterrupt during the start (300k dicts in the namespace)", short_cell,
+              expect_start_interrupt, setup=big_namespace, plan=_start_interrupt_plan, calibrate=True),
+        Fault("report_interrupt", "KeyboardInterrupt while the report is made (300k dicts in the namespace)",
+              short_cell, expect_report_interrupt, setup=big_namespace, plan=_report_interrupt_plan, calibrate=True),
+        Fault("exception", "an exception raised in the loop", exception_cell, expect_error),
+        Fault("worker_killed", "a DataLoader worker SIGKILLed mid-loop (num_workers=2)", worker_cell,
+              expect_worker_killed, plan=_kill_worker_plan),
+        Fault("shm_path_full", "`--shm-path` on a full 1 MiB tmpfs, DataLoader with 2 workers",
+              shm_loader_cell.replace("%%memwatch --interval 20", f"%%memwatch --interval 20 --shm-path {SMALL_SHM}"),
+              expect_shm_path_full),
+        Fault("shm_full_loader", "/dev/shm itself a full 1 MiB tmpfs (private mount namespace), DataLoader with 2 workers",
+              shm_loader_cell, expect_shm_full_loader,
+              argv_prefix=["unshare", "-m", "--propagation", "private", "sh", "-c",
+                           "mount -t tmpfs -o size=1m tmpfs /dev/shm && "
+                           "(dd if=/dev/zero of=/dev/shm/fill bs=64k count=13 2>/dev/null || true) && exec \"$0\" \"$@\""]),
+        Fault("hostile_objects", "hostile objects in the namespace (raising __getattr__/__len__/__iter__/__sizeof__/"
+              "__class__, huge __len__, endless __iter__, self-references, 100k-deep nesting)", short_cell,
+              expect_ok, setup=HOSTILE_SETUP),
+        Fault("million_dict", "a 1M-entry dict in the namespace", short_cell, expect_ok,
+              setup="big = {i: str(i) for i in range(1_000_000)}\n"),
+        Fault("double_interrupt", "two SIGINTs 5–300 ms apart during the loop", loop_cell, expect_loop_interrupt,
+              plan=_double_interrupt_plan),
+        Fault("nested", "`%%memwatch` run inside `%%memwatch` via get_ipython().run_cell", nested_cell, expect_nested),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ campaign
+
+
+class Campaign:
+    def __init__(self, fault: Fault, runs: int, rng: random.Random, verbose: bool) -> None:
+        self.fault, self.runs, self.rng, self.verbose = fault, runs, rng, verbose
+        self.kernel: FaultKernel = None  # type: ignore[assignment]
+        self.calibration: dict[str, float] = {}
+        self.baseline: dict[str, Any] = {}
+
+    def start_kernel(self) -> None:
+        self.kernel = FaultKernel(self.fault.argv_prefix)
+        self.kernel.ok(SETUP)
+        self.kernel.ok(STATE_HELPER)
+        module = self.kernel.value("torchmem_magic.__file__")
+        assert Path(module).resolve().is_relative_to(ROOT), module
+        if self.fault.setup:
+            self.kernel.ok(self.fault.setup)
+        self.kernel.ok(NEXT_CELL)  # warm: imports, the widgets' modules
+        self.kernel.ok(WARM_LOADER)  # torch's SIGCHLD handler, installed by the first loader with workers
+        self.kernel.value("_fault_check()")
+        self.baseline = self.kernel.value("_fault_state()")
+        if self.fault.calibrate:
+            self.kernel.ok(PRE_CELL)
+            _, times = self.kernel.execute(self.fault.cell, timeout_s=self.fault.timeout_s)
+            self.calibration = times
+            self.kernel.value("_fault_check()")
+
+    def one(self) -> Run:
+        run = Run()
+        k = self.kernel
+        k.ok(PRE_CELL)
+        plan = self.fault.plan(self, self.rng)
+        started = time.monotonic()
+        execution, times = k.execute(self.fault.cell, timeout_s=self.fault.timeout_s, **plan)
+        run_s = time.monotonic() - started
+        check = k.value("_fault_check()")
+        self.fault.expect(run, execution, check, times)
+        for key, before in self.baseline.items():
+            after = check["state"][key]
+            if after != before:
+                run.failures.append(f"left behind: {key} {before} -> {after}")
+        if check["alive"]:
+            run.failures.append(f"tensor kept alive: {', '.join(check['alive'])}")
+        nxt, _ = k.execute(NEXT_CELL, timeout_s=self.fault.timeout_s)
+        after = k.value("_fault_check()")
+        if nxt.reply["content"]["status"] != "ok" or (after["report"] or {}).get("status") != "ok" or "memwatch: ok" not in nxt.stdout:
+            run.failures.append(f"next cell: {ename(nxt) or (after['report'] or {}).get('status')}")
+        for key, before in self.baseline.items():
+            if after["state"][key] != before and not any(f.startswith(f"left behind: {key}") for f in run.failures):
+                run.failures.append(f"left behind after the next cell: {key} {before} -> {after['state'][key]}")
+        if self.verbose:
+            print(f"    {self.fault.name} {run_s:5.1f}s {run.note:14} status={run.status} "
+                  f"ename={ename(execution)} {'; '.join(run.failures) or 'ok'}", flush=True)
+            if run.failures and execution.error:
+                print("      " + ANSI.sub("", "\n      ".join(execution.error["traceback"][-6:])), flush=True)
+        return run
+
+    def run_all(self) -> list[Run]:
+        results: list[Run] = []
+        self.start_kernel()
+        try:
+            while len(results) < self.runs:
+                try:
+                    results.append(self.one())
+                except (TimeoutError, RuntimeError, json.JSONDecodeError, IndexError) as exc:
+                    results.append(Run(failures=[f"kernel stuck or dead: {type(exc).__name__}: {str(exc)[:120]}"]))
+                    if self.verbose:
+                        print(f"    {self.fault.name}: {results[-1].failures[0]}", flush=True)
+                    self.kernel.shutdown()
+                    self.start_kernel()
+        finally:
+            self.kernel.shutdown()
+        return results
+
+
+def burners(count: int) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def mount_small_shm() -> str:
+    """A full 1 MiB tmpfs for --shm-path (root: mount; else a directory, and say so)."""
+    SMALL_SHM.mkdir(exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(SMALL_SHM)],
+                             capture_output=True).returncode == 0
+    if not mounted:
+        return "not mounted (not root): a plain directory"
+    with open(SMALL_SHM / "fill", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return "a full 1 MiB tmpfs"
+
+
+def unmount_small_shm() -> None:
+    subprocess.run(["umount", str(SMALL_SHM)], capture_output=True)
+    try:
+        SMALL_SHM.rmdir()
+    except OSError:
+        pass
+
+
+def summarise(fault: Fault, results: list[Run]) -> dict[str, Any]:
+    failed = [r for r in results if r.failures]
+    what = collections.Counter(f for r in failed for f in r.failures)
+    notes = collections.Counter(r.note for r in results if r.note)
+    statuses = collections.Counter(str(r.status) for r in results)
+    return {
+        "name": fault.name, "what": fault.what, "runs": len(results), "failures": len(failed),
+        "failed": "; ".join(f"{text} ({n}×)" for text, n in what.most_common()) or "—",
+        "landed": ", ".join(f"{k} {v}" for k, v in notes.most_common()),
+        "statuses": ", ".join(f"{k} {v}" for k, v in statuses.most_common()),
+    }
+
+
+def render(rows: list[dict[str, Any]], load: str, shm: str, seconds: float, spinning: int) -> str:
+    lines = [
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, {spinning} "
+        f"`while True: pass` processes beside the kernel ({load}); `--shm-path` target: {shm}. Produced by `python bench/faults.py` "
+        f"on {datetime.date.today()} in {seconds / 60:.0f} min.",
+        "",
+        "| fault | runs | failures | what failed | statuses seen | where it landed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['what']} (`{r['name']}`) | {r['runs']} | {r['failures']} | {r['failed']} | "
+                     f"{r['statuses']} | {r['landed'] or '—'} |")
+    return "\n".join(lines)
+
+
+def write_readme(section: str) -> None:
+    text = README.read_text()
+    start, end = "<!-- faults:start -->", "<!-- faults:end -->"
+    if start not in text:
+        raise SystemExit("README.md has no faults markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    README.write_text(f"{head}{start}\n{section}\n{end}{tail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--only", default="", help="comma-separated fault names")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--burners", type=int, default=2)
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("-q", "--quiet", action="store_true")
+    args = parser.parse_args()
+    chosen = [f for f in faults() if not args.only or f.name in args.only.split(",")]
+    if not chosen:
+        raise SystemExit(f"no fault named {args.only!r}; known: {', '.join(f.name for f in faults())}")
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    shm = mount_small_shm()
+    spinning = burners(args.burners)
+    loads = [os.getloadavg()[0]]
+    rows = []
+    try:
+        for fault in chosen:
+            print(f"{fault.name}: {fault.what}", flush=True)
+            results = Campaign(fault, args.runs, rng, not args.quiet).run_all()
+            rows.append(summarise(fault, results))
+            loads.append(os.getloadavg()[0])
+            print(f"  -> {rows[-1]['failures']}/{rows[-1]['runs']} failed: {rows[-1]['failed']}", flush=True)
+    finally:
+        for p in spinning:
+            p.kill()
+            p.wait()
+        unmount_small_shm()
+    load = f"1-min load average {min(loads[1:] or loads):.1f}–{max(loads):.1f} during the runs"
+    section = render(rows, load, shm, time.monotonic() - started, args.burners)
+    print(section)
+    if not args.no_readme and not args.only:
+        write_readme(section)
+
+
+if __name__ == "__main__":
+    main()

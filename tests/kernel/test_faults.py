@@ -1,0 +1,138 @@
+"""Interrupts that land inside %%memwatch itself, in a real kernel (what bench/faults.py found)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from kernel_client import Kernel
+
+pytestmark = [pytest.mark.kernel]
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# a SIGINT landing in the start's or the end's leak-finder scan, made deterministic: the n-th scan raises it
+INTERRUPT_SCAN = """\
+import torchmem_magic.session as _tm_session
+_tm_real_scan = _tm_session.scan_roots
+_tm_calls = []
+def _tm_interrupted_scan(roots, budget=None, _on_call={on_call}):
+    _tm_calls.append(1)
+    if len(_tm_calls) == _on_call:
+        raise KeyboardInterrupt
+    return _tm_real_scan(roots, budget)
+_tm_session.scan_roots = _tm_interrupted_scan
+"""
+RESTORE = "_tm_session.scan_roots = _tm_real_scan"
+LEFT = (
+    "[__import__('glob').glob(__import__('os').path.join(__import__('tempfile').gettempdir(), "
+    "f\"torchmem_magic-{__import__('os').getpid()}-*\")), torchmem_magic.hooks.installed_hook_count(), "
+    "torchmem_magic.session.active_session() is None]"
+)
+PROBE = "import weakref, gc\nprobe = torch.ones(1 << 16); probe_ref = weakref.ref(probe)"
+PROBE_DIES = "(exec('del probe'), gc.collect(), probe_ref() is None)[2]"
+
+
+def test_interrupted_while_memwatch_starts_says_so_in_one_line_and_leaves_nothing(kernel: Kernel) -> None:
+    kernel.ok(PROBE)
+    kernel.ok(INTERRUPT_SCAN.format(on_call=1))
+    try:
+        execution = kernel.execute("%%memwatch\nstart_body_ran = 1\n")
+    finally:
+        kernel.ok(RESTORE)
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    assert "torchmem_magic: interrupted before the cell ran" in execution.stderr
+    assert "scan_roots" not in ANSI.sub("", "\n".join(execution.error["traceback"]))  # no internals shown
+    assert kernel.value("'start_body_ran' in globals()") is False
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.value(PROBE_DIES) is True  # sys.last_traceback holds no frame of the interrupted scan
+    kernel.ok("%%memwatch -q\nx = 1")
+
+
+def test_interrupted_while_the_report_is_made_still_shows_it(kernel: Kernel) -> None:
+    kernel.ok(PROBE)
+    kernel.ok(INTERRUPT_SCAN.format(on_call=2))
+    try:
+        execution = kernel.execute("%%memwatch --no-plot\nbody_ran = 2\n")
+    finally:
+        kernel.ok(RESTORE)
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    assert "memwatch: interrupted" in execution.stdout
+    assert kernel.value("torchmem_magic.last_report().status") == "interrupted"
+    assert kernel.value("body_ran") == 2
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.value(PROBE_DIES) is True
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+def test_interrupted_while_the_live_figure_is_made_says_so_in_one_line(kernel: Kernel) -> None:
+    kernel.ok(
+        "from torchmem_magic.render.live import LiveFigure as _TmLiveFigure\n"
+        "_tm_real_attach = _TmLiveFigure.attach\n"
+        "def _tm_interrupted_attach(self, session):\n"
+        "    raise KeyboardInterrupt  # as a SIGINT landing while the widgets are made\n"
+        "_TmLiveFigure.attach = _tm_interrupted_attach\n"
+    )
+    try:
+        execution = kernel.execute("%%memwatch\nfigure_body_ran = 3\n")
+    finally:
+        kernel.ok("_TmLiveFigure.attach = _tm_real_attach")
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    assert "torchmem_magic: interrupted before the cell ran" in execution.stderr
+    assert kernel.value("'figure_body_ran' in globals()") is False
+    assert kernel.value(LEFT) == [[], 0, True]
+    kernel.ok("%%memwatch -q\nx = 1")
+
+
+def test_a_second_interrupt_while_the_report_is_displayed_does_not_lose_it(kernel: Kernel) -> None:
+    """Seen with two SIGINTs close together: the second landed in display() (ipykernel flushing stdout)."""
+    kernel.ok(
+        "import torchmem_magic.magics as _tm_magics\n"
+        "_tm_real_display = _tm_magics.display\n"
+        "_tm_displays = []\n"
+        "def _tm_interrupted_display(obj, **kw):\n"
+        "    if isinstance(obj, torchmem_magic.Report) and not _tm_displays:\n"
+        "        _tm_displays.append(1)\n"
+        "        raise KeyboardInterrupt\n"
+        "    return _tm_real_display(obj, **kw)\n"
+        "_tm_magics.display = _tm_interrupted_display\n"
+    )
+    try:
+        execution = kernel.execute(
+            "%%memwatch\nmodel = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "for i in range(5):\n    opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+            "raise KeyboardInterrupt  # the first interrupt, in the loop\n"
+        )
+    finally:
+        kernel.ok("_tm_magics.display = _tm_real_display")
+    assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
+    shown = [m for m in execution.of_type("display_data") if "memwatch: interrupted" in m["content"]["data"].get("text/plain", "")]
+    assert shown, "the report was not shown"
+    assert kernel.value(LEFT) == [[], 0, True]
+
+
+def test_a_worker_death_raised_before_stop_begins_still_stops_the_session(kernel: Kernel) -> None:
+    """Seen with a SIGKILLed DataLoader worker: torch's SIGCHLD handler raised its death while the magic
+    checked `session.running` after the loop's own error; the session never stopped (thread and hooks
+    left, every later %%memwatch refused as nested)."""
+    kernel.ok(
+        "import threading, torchmem_magic.session as _tm_s\n"
+        "_tm_real_running = _tm_s.MemwatchSession.running\n"
+        "_tm_raised = []\n"
+        "def _tm_running(self):\n"
+        "    if not _tm_raised and self.report is None and threading.current_thread() is threading.main_thread():\n"
+        "        _tm_raised.append(1)\n"
+        "        raise RuntimeError('DataLoader worker (pid 4242) is killed by signal: Killed. ')\n"
+        "    return _tm_real_running.fget(self)\n"
+        "_tm_s.MemwatchSession.running = property(_tm_running)\n"
+    )
+    try:
+        execution = kernel.execute("%%memwatch --no-plot\nraise ConnectionResetError(104, 'Connection reset by peer')\n")
+    finally:
+        kernel.ok("_tm_s.MemwatchSession.running = _tm_real_running")
+    assert execution.status == "error"
+    assert "memwatch: failed" in execution.stdout  # the report was shown
+    assert kernel.value("torchmem_magic.last_report().status") == "error"
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.value("[t.name for t in threading.enumerate() if 'torchmem' in t.name]") == []
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")

@@ -1,0 +1,148 @@
+"""A KeyboardInterrupt that lands inside memwatch itself (its start, its teardown, its end-of-run scan):
+the fault campaign's findings (bench/faults.py), each pinned here without a kernel."""
+
+from __future__ import annotations
+
+import gc
+import glob
+import os
+import tempfile
+import threading
+import weakref
+from typing import Any
+
+import pytest
+import torch
+
+import torchmem_magic.session as session_module
+from torchmem_magic import MemwatchSession, last_report, memwatch
+from torchmem_magic.hooks import installed_hook_count
+from torchmem_magic.sampler import THREAD_NAME, Sampler
+from torchmem_magic.scan.results import Root
+from torchmem_magic.session import active_session
+
+
+def _left_behind() -> list[Any]:
+    threads = [t.name for t in threading.enumerate() if t.name == THREAD_NAME]
+    temp = glob.glob(os.path.join(tempfile.gettempdir(), f"torchmem_magic-{os.getpid()}-*"))
+    return [*threads, *temp, *(["hooks"] if installed_hook_count() else []), *(["active"] if active_session() else [])]
+
+
+def _interrupt_scan(monkeypatch: pytest.MonkeyPatch, on_call: int) -> None:
+    """The `on_call`-th scan (1: the start's, 2: the end's) is interrupted while it holds the roots."""
+    real = session_module.scan_roots
+    calls = []
+
+    def scan_roots(roots: list[Root], budget: Any = None) -> Any:
+        calls.append(1)
+        if len(calls) == on_call:
+            raise KeyboardInterrupt  # as a SIGINT would, with `roots` (the user's objects) in this frame
+        return real(roots, budget)
+
+    monkeypatch.setattr(session_module, "scan_roots", scan_roots)
+
+
+def test_an_interrupt_during_the_end_scan_still_gives_the_report_then_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    _interrupt_scan(monkeypatch, on_call=2)
+    big = torch.ones(1 << 16)
+    session = MemwatchSession(10, roots=lambda: [Root("big", "user", "big", big)]).start()
+    with pytest.raises(KeyboardInterrupt) as raised:
+        session.stop()  # the block had ended by itself
+    report = session.report
+    assert report is not None and last_report() is report
+    assert report.status == "interrupted" and report.suspects == ()
+    assert _left_behind() == []
+    # the raised interrupt (IPython keeps it as sys.last_traceback) holds no frame of the interrupted scan
+    ref = weakref.ref(big)
+    del big, session
+    gc.collect()
+    assert ref() is None, "the interrupt's traceback keeps the scan's roots alive"
+    assert raised.value is not None
+
+
+def test_an_interrupt_during_the_end_scan_after_an_error_keeps_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    _interrupt_scan(monkeypatch, on_call=2)
+    session = MemwatchSession(10, roots=lambda: []).start()
+    try:
+        report = session.stop(ValueError("the loop failed"))  # the block's own error is what the cell raises
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped stop() without a report")
+    assert report.status == "error" and "the loop failed" in (report.error or "")
+    assert _left_behind() == []
+
+
+def test_an_interrupt_during_the_start_scan_leaves_no_socket_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    _interrupt_scan(monkeypatch, on_call=1)
+    session = MemwatchSession(10, roots=lambda: [])
+    with pytest.raises(KeyboardInterrupt):
+        session.start()
+    assert not session.running
+    assert _left_behind() == []
+    with memwatch(10, quiet=True):
+        pass
+
+
+def test_an_interrupt_while_the_sampler_is_joined_releases_the_session_and_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_stop = Sampler.stop
+    interrupted = []
+
+    def stop(self: Sampler, timeout_s: float = 10.0) -> None:
+        if not interrupted:  # the first join is interrupted (the thread was told to stop)
+            interrupted.append(True)
+            self._stop.set()
+            raise KeyboardInterrupt
+        real_stop(self, timeout_s)
+
+    monkeypatch.setattr(Sampler, "stop", stop)
+    session = MemwatchSession(10).start()
+    with pytest.raises(KeyboardInterrupt):
+        session.stop()
+    assert session.report is not None and session.report.status == "interrupted"
+    assert _left_behind() == []
+    with memwatch(10, quiet=True):  # not wedged as "another session is running"
+        pass
+
+
+def test_an_interrupt_during_a_mid_run_holder_scan_keeps_no_user_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder scans run on the training thread, so a SIGINT in the loop can land in one; the raised
+    interrupt is kept by IPython (sys.last_traceback) and must not hold the scan's roots."""
+    import torchmem_magic.holder_tracking as tracking
+
+    def scan_roots(roots: list[Root], budget: Any = None) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tracking, "scan_roots", scan_roots)
+    kept = [torch.ones(1 << 16)]
+    tracker = tracking.HolderTracker(lambda: [Root("kept", "user", "kept", kept)])
+    with pytest.raises(KeyboardInterrupt) as raised:
+        tracker.scan(1)
+    ref = weakref.ref(kept[0])
+    del kept
+    gc.collect()
+    assert ref() is None, "the interrupt's traceback keeps the scanned objects alive"
+    assert raised.value is not None
+
+
+def test_a_second_interrupt_while_the_sources_close_neither_loses_the_report_nor_leaves_the_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen with two SIGINTs close together: the second landed in the ranks' socket directory's rmtree."""
+    from torchmem_magic.ranks.transport import RankSink
+
+    real_close = RankSink.close
+    interrupted = []
+
+    def close(self: RankSink) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        real_close(self)
+
+    monkeypatch.setattr(RankSink, "close", close)
+    session = MemwatchSession(10).start()
+    try:
+        report = session.stop(KeyboardInterrupt())  # the first interrupt ended the loop; the cell raises it
+    except KeyboardInterrupt:
+        pytest.fail("the second interrupt escaped stop()")
+    assert report.status == "interrupted" and last_report() is report
+    assert _left_behind() == []
