@@ -8,8 +8,9 @@ one check cell in the same kernel: the report was shown (or a clear one-line mes
 expected one, no sampler thread is alive, torch's global hook tables and the patched classes are as they
 were, no session is active, no `torchmem_magic-<pid>-*` temp directory is left, the environment, the
 signal handlers, the collector's settings and sys.stdout/stderr are unchanged, both tensors die once
-their names are deleted; then a plain `%%memwatch` training cell must give an ok report. Two processes
-spinning `while True: pass` keep both cores busy throughout (started and killed here).
+their names are deleted; then a plain `%%memwatch` training cell must give an ok report. The kernel
+killed mid-run is a campaign of its own (`KernelKillCampaign`: a new kernel each run, its flight record read
+back). Two processes spinning `while True: pass` keep both cores busy throughout (started and killed here).
 """
 
 from __future__ import annotations
@@ -251,6 +252,7 @@ class Fault:
     argv_prefix: list[str] | None = None
     calibrate: bool = False
     timeout_s: float = 180.0
+    campaign: Any = None  # a campaign class of its own (None: `Campaign`, one kernel for every run)
 
 
 def _text_of(execution: Execution) -> str:
@@ -526,6 +528,8 @@ def faults() -> list[Fault]:
         Fault("double_interrupt", "two SIGINTs 5–300 ms apart during the loop", loop_cell, expect_loop_interrupt,
               plan=_double_interrupt_plan),
         Fault("nested", "`%%memwatch` run inside `%%memwatch` via get_ipython().run_cell", nested_cell, expect_nested),
+        Fault("kernel_killed", "the kernel SIGKILLed 0.5–4 s into a leaking run: its flight record read back",
+              KILLED_CELL, lambda *_: None, campaign=KernelKillCampaign),
     ]
 
 
@@ -602,6 +606,94 @@ class Campaign:
                     self.start_kernel()
         finally:
             self.kernel.shutdown()
+        return results
+
+
+KILLED_CELL = (
+    "%%memwatch\n"
+    "kept = []\n"
+    "model = torch.nn.Linear(64, 64); opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+    "for step in range(10**7):\n"
+    "    loss = model(torch.randn(32, 64)).square().mean()\n"
+    "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    "    kept.append(torch.ones(2**14))  # 64 KiB a step\n"
+)
+
+
+class KernelKillCampaign:
+    """Each run: a new kernel starts the leaking cell, and is SIGKILLed at a random moment of its run
+    (timed from when its flight record appears); the record is then read back as a new kernel reads it.
+    A run fails when the record is missing, does not parse, lost more than its last second, or does not
+    give the run's verdict, its status "killed" and its holder (once it ran long enough to have them)."""
+
+    def __init__(self, fault: Fault, runs: int, rng: random.Random, verbose: bool) -> None:
+        self.fault, self.runs, self.rng, self.verbose = fault, runs, rng, verbose
+        self.records = Path(tempfile.mkdtemp(prefix="torchmem-faults-records-"))
+
+    def one(self) -> Run:
+        from torchmem_magic.flight.crashes import crash_records, crash_report
+
+        run = Run()
+        kernel = FaultKernel()
+        try:
+            kernel.ok(SETUP)
+            pid = kernel.km.provisioner.process.pid  # type: ignore[union-attr]
+            kernel.kc.execute(self.fault.cell)
+            deadline = time.monotonic() + 120
+            while not list(self.records.glob("*.jsonl")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ran_s = self.rng.uniform(0.5, 4.0)
+            time.sleep(ran_s)
+            killed_at = time.time()
+            os.kill(pid, signal.SIGKILL)
+            kernel.km.provisioner.process.wait(30)  # type: ignore[union-attr]
+        finally:
+            kernel.shutdown()
+        run.note = "killed at 0.5–1.5 s" if ran_s < 1.5 else "killed at 1.5–3 s" if ran_s < 3 else "killed at 3–4 s"
+        records = [r for r in crash_records(all_notebooks=True, directory=self.records) if r.hello.get("pid") == pid]
+        if len(records) != 1:
+            run.failures.append(f"{len(records)} records of the killed kernel")
+            return run
+        record = records[0]
+        report = crash_report(record)
+        run.status = report.status
+        lost_s = killed_at - record.died_wall_s
+        if record.skipped_lines > 1:
+            run.failures.append(f"{record.skipped_lines} lines did not parse")
+        if lost_s > 1.0:
+            run.failures.append(f"lost the last {lost_s:.1f} s")
+        if report.status != "killed" or report.steps <= 0:
+            run.failures.append(f"status {report.status}, {report.steps} steps")
+        if ran_s >= 1.5 and report.verdict != "leak":
+            run.failures.append(f"verdict {report.verdict}")
+        if ran_s >= 1.5 and "kept" not in [s.name for s in report.suspects]:
+            run.failures.append("holder kept not named")
+        strays = [p.name for p in self.records.iterdir() if not p.name.endswith(".jsonl")]
+        if strays:
+            run.failures.append(f"stray files {strays}")
+        record.path.unlink()
+        return run
+
+    def run_all(self) -> list[Run]:
+        saved = {k: os.environ.get(k) for k in ("TORCHMEM_MAGIC_RECORD_DIR", "JPY_SESSION_NAME")}
+        os.environ["TORCHMEM_MAGIC_RECORD_DIR"] = str(self.records)  # the kernels inherit both
+        os.environ["JPY_SESSION_NAME"] = str(self.records / "faults.ipynb")
+        results: list[Run] = []
+        try:
+            while len(results) < self.runs:
+                try:
+                    results.append(self.one())
+                except (TimeoutError, RuntimeError, OSError) as exc:
+                    results.append(Run(failures=[f"{type(exc).__name__}: {str(exc)[:120]}"]))
+                if self.verbose:
+                    r = results[-1]
+                    print(f"    {self.fault.name} {r.note:8} status={r.status} {'; '.join(r.failures) or 'ok'}", flush=True)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         return results
 
 
@@ -693,7 +785,7 @@ def main() -> None:
     try:
         for fault in chosen:
             print(f"{fault.name}: {fault.what}", flush=True)
-            results = Campaign(fault, args.runs, rng, not args.quiet).run_all()
+            results = (fault.campaign or Campaign)(fault, args.runs, rng, not args.quiet).run_all()
             rows.append(summarise(fault, results))
             loads.append(os.getloadavg()[0])
             print(f"  -> {rows[-1]['failures']}/{rows[-1]['runs']} failed: {rows[-1]['failed']}", flush=True)
