@@ -275,6 +275,7 @@ class MemwatchSession:
         self._file_step_rows()
         if self.ranks is not None:
             self.ranks.poll()
+        self._shm.idle = not (self._tree is not None and self._tree.workers) and self._ended_s is None
         row = self._background.read()
         row["t_s"], row["step"] = self._elapsed_s(), float(self.steps)
         self._last_slow = {name: row[name] for name in SLOW_COLUMNS}

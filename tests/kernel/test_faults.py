@@ -12,18 +12,19 @@ pytestmark = [pytest.mark.kernel]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # a SIGINT landing in the start's or the end's leak-finder scan, made deterministic: the n-th scan raises it
+# (the start's and the end's scans go through the cells' scan memo)
 INTERRUPT_SCAN = """\
-import torchmem_magic.session as _tm_session
-_tm_real_scan = _tm_session.scan_roots
+import torchmem_magic.scan.memo as _tm_memo
+_tm_real_scan = _tm_memo.scan_roots
 _tm_calls = []
-def _tm_interrupted_scan(roots, budget=None, _on_call={on_call}):
+def _tm_interrupted_scan(roots, budget=None, seen=(), _on_call={on_call}):
     _tm_calls.append(1)
     if len(_tm_calls) == _on_call:
         raise KeyboardInterrupt
-    return _tm_real_scan(roots, budget)
-_tm_session.scan_roots = _tm_interrupted_scan
+    return _tm_real_scan(roots, budget, seen)
+_tm_memo.scan_roots = _tm_interrupted_scan
 """
-RESTORE = "_tm_session.scan_roots = _tm_real_scan"
+RESTORE = "_tm_memo.scan_roots = _tm_real_scan"
 LEFT = (
     "[__import__('glob').glob(__import__('os').path.join(__import__('tempfile').gettempdir(), "
     "f\"torchmem_magic-{__import__('os').getpid()}-*\")), torchmem_magic.hooks.installed_hook_count(), "

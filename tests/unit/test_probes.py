@@ -262,7 +262,7 @@ def test_the_tree_probe_records_how_an_announced_worker_ended() -> None:
         probe.close()
 
 
-def test_shm_is_read_at_most_every_tenth_of_a_second(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_shm_is_read_at_most_every_tenth_of_a_second_while_no_worker_fills_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from torchmem_magic.probes import shm as shm_module
 
     now = [0.0]
@@ -270,12 +270,16 @@ def test_shm_is_read_at_most_every_tenth_of_a_second(monkeypatch: pytest.MonkeyP
     calls = []
     real_statvfs = os.statvfs
     monkeypatch.setattr(shm_module.os, "statvfs", lambda path: (calls.append(path), real_statvfs(path))[1])
+    probe.idle = True
     first = probe.read()
     now[0] = 0.05
     assert probe.read() == first and len(calls) == 1  # the sampler at a 10 ms interval reuses it
     now[0] = 0.11
     probe.read()
     assert len(calls) == 2
+    probe.idle = False  # DataLoader workers alive: every reading is fresh
+    probe.read()
+    assert len(calls) == 3
 
 
 def test_the_heap_is_read_without_letting_go_of_the_gil() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-import torchmem_magic.session as session_module
+import torchmem_magic.scan.memo as memo_module
 from torchmem_magic import MemwatchSession, last_report, memwatch
 from torchmem_magic.hooks import installed_hook_count
 from torchmem_magic.sampler import THREAD_NAME, Sampler
@@ -30,16 +30,16 @@ def _left_behind() -> list[Any]:
 
 def _interrupt_scan(monkeypatch: pytest.MonkeyPatch, on_call: int) -> None:
     """The `on_call`-th scan (1: the start's, 2: the end's) is interrupted while it holds the roots."""
-    real = session_module.scan_roots
+    real = memo_module.scan_roots  # the start's and the end's scans go through the cells' scan memo
     calls = []
 
-    def scan_roots(roots: list[Root], budget: Any = None) -> Any:
+    def scan_roots(roots: list[Root], budget: Any = None, seen: Any = ()) -> Any:
         calls.append(1)
         if len(calls) == on_call:
             raise KeyboardInterrupt  # as a SIGINT would, with `roots` (the user's objects) in this frame
-        return real(roots, budget)
+        return real(roots, budget, seen)
 
-    monkeypatch.setattr(session_module, "scan_roots", scan_roots)
+    monkeypatch.setattr(memo_module, "scan_roots", scan_roots)
 
 
 def test_an_interrupt_during_the_end_scan_still_gives_the_report_then_raises(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,19 +25,20 @@ class ShmProbe:
     name: str = "shm"
     columns: tuple[str, ...] = ("shm_used_bytes",)
 
-    MIN_PERIOD_S = 0.1  # the sampler may tick every millisecond; shm moves batch by batch
+    IDLE_PERIOD_S = 0.1  # how often `read` reads when `idle` (nothing fills it but other programs)
 
     def __init__(self, path: str = "/dev/shm", clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.available = os.path.isdir(path)
         self._clock = clock
         self._last: tuple[float, Reading] | None = None  # (when, what) the last read found
+        self.idle = False  # set by the session while no DataLoader worker (what fills it) is alive
 
     def read(self) -> Reading:
-        """The used bytes, read at most every MIN_PERIOD_S (a statvfs lets go of the GIL, which then
-        takes the sampler up to a switch interval to get back from a busy training thread)."""
+        """The used bytes; while `idle`, read at most every IDLE_PERIOD_S (a statvfs lets go of the GIL,
+        which then takes the sampler up to a switch interval to get back from a busy training thread)."""
         now = self._clock()
-        if self._last is not None and now - self._last[0] < self.MIN_PERIOD_S:
+        if self.idle and self._last is not None and now - self._last[0] < self.IDLE_PERIOD_S:
             return dict(self._last[1])
         usage = self.usage()
         reading = {"shm_used_bytes": NAN if usage is None else float(usage.used_bytes)}
