@@ -43,14 +43,15 @@ def render() -> str:
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
         f"one torch thread; its speed that day: {machine_speed()}. Produced by `make bench` on {datetime.date.today()}.",
         "",
-        "**Training-loop overhead** in the steady state, after the first 64 steps, with the leak finder and the "
-        "flight recorder on as in `%%memwatch` (9 rounds of "
-        "baseline–memwatch–baseline; median of per-round ratios and their quartiles; *own CPU*: the CPU time "
-        "memwatch's sampler thread and step samples used, as a share of the run's wall time — the part of the "
-        "cost that the machine's noise does not blur; *dense start*: the one-off CPU time of sampling the "
-        "first 64 steps):",
+        "**Training-loop overhead** in the steady state, with the leak finder and the flight recorder on as in "
+        "`%%memwatch`: each run first makes half as many untimed steps inside the block (about a second), then "
+        "times ~1.7 s of steps (5 rounds of baseline–memwatch–baseline; median of per-round ratios and their "
+        "quartiles; *own CPU*: the CPU time memwatch's sampler thread, step samples and holder scans used in "
+        "the timed part, as a share of its wall time — the part of the cost that the machine's noise does not "
+        "blur; *start*: the one-off CPU time of the untimed first second: the dense samples of the first 64 "
+        "steps and the leak finder's first scans):",
         "",
-        "| workload | configuration | ms/step | overhead (quartiles) | own CPU | dense start |",
+        "| workload | configuration | ms/step | overhead (quartiles) | own CPU | start |",
         "|---|---|---|---|---|---|",
     ]
     for row in overhead.run():
