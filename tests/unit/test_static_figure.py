@@ -156,3 +156,20 @@ def test_a_sparkline_gives_each_character_an_equal_stretch_of_the_run() -> None:
     assert len(buckets) == 10 and list(buckets) == sorted(buckets)
     assert 400 <= buckets[4] <= 600  # the middle of the run, not the dense start's last sample
     assert evenly_bucketed([0.0, 5.0], [1.0, 2.0], 4) == (1.0, 1.0, 1.0, 2.0)  # empty stretches repeat the last
+
+
+def test_a_steady_leak_climbs_evenly_in_the_reports_sparkline() -> None:
+    import dataclasses
+
+    from torchmem_magic.render.static import sparkline_lines
+    from torchmem_magic.timeline import Timeline
+
+    timeline = Timeline()
+    for step in [*range(1, 65), *range(100, 3001, 100)]:  # dense first steps, then a sample every 100
+        row = {"t_s": step / 100, "step": float(step), "ram_bytes": 3e8 + step * 65536.0, "heap_bytes": 1e8 + step * 65536.0}
+        timeline.by_step.append(row)
+        timeline.by_time.append(row)
+    report = dataclasses.replace(full_report(), timeline=timeline, clock="optimizer")
+    heap = next(line for line in sparkline_lines(report) if line.startswith("heap"))
+    bars = heap.split()[1]
+    assert bars[len(bars) // 2] in "▃▄▅", heap  # the middle of the run is half way up, not flat then a jump

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..ranks.protocol import row_values
+from ..ranks.protocol import events_message, row_values
 from ..ranks.transport import Outbox
 from ..timeline import COLUMNS, DecimatingSeries
 from .place import SUFFIX, identity_key, notebook_identity, process_start_ticks, records_dir
@@ -195,10 +195,9 @@ class FlightRecorder:
             self._rewrite(session)
 
     def _events(self, session: RecordedSession, events: list[Any]) -> dict[str, Any]:
-        return {
-            "k": "events", "pid": self._hello["pid"], "clock": session.clock, "counts": dict(session.clock_counts),
-            "t_s": session.elapsed_s, "dropped": self.outbox.dropped, "events": events,
-        }
+        return events_message(
+            self._hello["pid"], session.clock, session.clock_counts, session.elapsed_s, self.outbox.dropped, events
+        )
 
     def _rewrite(self, session: RecordedSession) -> None:
         """The record again from the session's bounded timeline: written aside, then renamed over."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..scan.results import Root
 from ..stack_roots import StackRoots, StackSources
 from ..timeline import DecimatingSeries, Row, Timeline
-from .protocol import evidence_fields, row_values
+from .protocol import events_message, evidence_fields, row_values
 from .settings import RankSettings
 from .transport import Outbox, RankSender
 
@@ -218,11 +218,10 @@ class RankAgent:
         pass  # `finish` sends the rest once the report (and so the evidence) exists
 
     def _events_message(self, session: MemwatchSession, events: list[Any]) -> dict[str, Any]:
-        return {
-            "k": "events", "pid": os.getpid(), **self._identity(),
-            "clock": session.clock, "counts": dict(session.clock_counts),
-            "t_s": session.elapsed_s, "dropped": self.outbox.dropped, "events": events,
-        }
+        return events_message(
+            os.getpid(), session.clock, session.clock_counts, session.elapsed_s, self.outbox.dropped, events,
+            **self._identity(),
+        )
 
     def _flush(self, session: MemwatchSession) -> None:
         """Send the queued events, a datagram of up to 200 at a time; what does not go out waits."""

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from ..model import DeviceMemory, SourceErrors, Suspect, from_schema_dict
+from ..model import Clock, DeviceMemory, SourceErrors, Suspect, from_schema_dict
 from ..report import RunEvidence, WorkerEvidence
 from ..timeline import COLUMNS, NAN, Row, Timeline
 
@@ -44,6 +45,13 @@ def decode(data: bytes) -> dict[str, Any] | None:
     if not isinstance(message, dict) or not isinstance(message.get("k"), str) or not isinstance(message.get("pid"), int):
         return None
     return message
+
+
+def events_message(pid: int, clock: str, counts: Mapping[Clock, int], t_s: float, dropped: int, events: list[Any],
+                   **identity: Any) -> dict[str, Any]:
+    """An `events` message: timeline events in order, with the clock counts and the sender's seconds."""
+    return {"k": "events", "pid": pid, **identity, "clock": clock, "counts": dict(counts), "t_s": t_s,
+            "dropped": dropped, "events": events}
 
 
 def row_values(row: Row) -> list[float | None]:
