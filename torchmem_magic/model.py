@@ -199,6 +199,7 @@ class RankSummary(_SchemaDict):
     wall_s: float = 0.0
     last_seen_s: float = 0.0  # seconds into the watch of its last message
     stalled_s: float = 0.0  # how long it had made no step when its last message came
+    exited_s: float | None = None  # seconds into the watch when its process ended, where the watcher saw it
     local_rank: int | None = None
     advice: tuple[str, ...] = ()
     dropped_messages: int = field(default=0, metadata={"key": "dropped"})  # lost to a full transport buffer

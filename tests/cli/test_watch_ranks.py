@@ -83,6 +83,11 @@ def test_a_rank_killed_mid_run_keeps_what_it_streamed(tmp: Path, tmp_path: Path)
     assert report["status"] == "error" and "exited with status" in report["error"]
     killed = ranks[1]
     assert killed["status"] == "killed"
+    # the watcher saw its process end (a pidfd), before its launcher stopped rank 0, and read how while
+    # torchrun had not reaped it yet (torchrun reaps within its 0.1 s monitor interval: rarely missed)
+    assert killed["exited_s"] is not None and killed["ended"] in ("SIGKILL", None)
+    if ranks[0]["exited_s"] is not None:
+        assert ranks[0]["exited_s"] > killed["exited_s"]
     assert killed["ram"]["end"] > 100 << 20 and killed["heap"]["end"] > 0  # its last readings
     steps_in_1_s = 1.0 / measured["step_s"]
     assert kill_at - steps_in_1_s <= killed["steps"] <= kill_at, (killed["steps"], steps_in_1_s)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 
 import numpy as np
@@ -75,6 +77,11 @@ def test_worst_is_the_leak_then_the_faster_leak_then_a_death_beats_both() -> Non
     killed = RankLive(4, 14, "unknown", died="SIGKILL", last_seen_s=3.0)
     assert worst_live([clean, fast, stopped, killed]) is killed  # not the launcher's stop signal
     assert worst_line([clean, fast, stopped, killed]) == "rank 4 stopped (SIGKILL) at 0 steps"
+    # two deaths of unknown cause: the one whose process was seen to end first, whatever the streams say
+    silent_first = RankLive(5, 15, "clean", died="stopped", last_seen_s=1.0, exited_s=3.4)
+    ended_first = RankLive(6, 16, "clean", died="stopped", last_seen_s=1.2, exited_s=3.3)
+    assert worst_live([silent_first, ended_first]) is ended_first
+    assert worst_live([replace(silent_first, exited_s=None), replace(ended_first, exited_s=None)]).rank == 5
     assert worst_live([]) is None
 
 

@@ -2,6 +2,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -290,3 +291,41 @@ def test_the_heap_is_read_without_letting_go_of_the_gil() -> None:
         pytest.skip(probe.unavailable_reason or "no heap counters")
     # a call that let go of the GIL would wait up to a switch interval to take it back from the training thread
     assert probe._mallinfo2._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]
+
+
+_LAUNCHER = """
+import subprocess, sys, time
+killed = subprocess.Popen([sys.executable, "-c", "import os, signal, time; time.sleep(0.3); os.kill(os.getpid(), signal.SIGKILL)"])
+failed = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.6); sys.exit(3)"])
+print(killed.pid, failed.pid, flush=True)
+time.sleep(float(sys.argv[1]))  # reaps late, as a launcher polling its workers does
+killed.wait(); failed.wait()
+"""
+
+
+@linux_only
+def test_the_exit_witness_sees_when_and_how_processes_that_are_not_its_children_end() -> None:
+    from torchmem_magic.probes.exits import ExitWitness
+
+    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "1.5"], stdout=subprocess.PIPE, text=True)
+    killed, failed = map(int, launcher.stdout.readline().split())  # type: ignore[union-attr]
+    witness = ExitWitness(time.monotonic)
+    try:
+        witness.watch(killed)
+        witness.watch(failed)
+        witness.watch(killed)  # twice: watched once
+        assert exit_of(killed) is None  # not our child: waitid cannot tell
+        deadline = time.monotonic() + 10
+        while witness.ended(failed) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen_killed, seen_failed = witness.ended(killed), witness.ended(failed)
+        assert seen_killed is not None and seen_failed is not None
+        assert seen_killed[1] == WorkerExit(killed, 9, None) and seen_failed[1] == WorkerExit(failed, None, 3)
+        assert 0.15 < seen_failed[0] - seen_killed[0] < 0.6  # the order and the time between them
+    finally:
+        witness.close()
+        launcher.communicate()
+    assert not any(t.name == "torchmem_magic-exits" for t in threading.enumerate())
+    assert not [fd for fd in os.listdir("/proc/self/fd") if "pidfd" in os.path.realpath(f"/proc/self/fd/{fd}")]
+    witness.watch(os.getpid())  # after close: nothing is started
+    assert witness.ended(os.getpid()) is None and not any(t.name == "torchmem_magic-exits" for t in threading.enumerate())

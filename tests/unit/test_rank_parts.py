@@ -183,6 +183,17 @@ def test_the_rank_that_died_first_is_the_worst_and_the_ones_its_launcher_stopped
     assert first_to_die((waiting, stepping)) is stepping
 
 
+def test_when_the_watcher_saw_each_rank_end_that_order_decides_and_beats_the_streams() -> None:
+    # the streams say rank 0 went silent first, while still stepping; their processes' ends say rank 1 died first
+    first = _rank(1, status="killed", ended=None, last_seen_s=5.0, stalled_s=0.0, exited_s=5.31)
+    later = _rank(0, status="killed", ended=None, last_seen_s=4.9, stalled_s=0.0, exited_s=5.37)
+    assert first_to_die((later, first)) is first and worst_of((later, first)) is first
+    # a witnessed signal still comes before any timing; an unseen end falls back on the streams
+    assert first_to_die((replace(later, ended="SIGKILL"), first)).rank == 0
+    assert first_to_die((replace(first, exited_s=None), later)).rank == 0
+    assert summary_of(assemble_report(evidence(timeline(10), 10)), rank=0, pid=1, host="h", exited_s=2.5).to_dict()["exited_s"] == 2.5
+
+
 def test_a_rank_at_its_ram_limit_when_it_died_was_most_likely_oom_killed() -> None:
     rank = _rank(1, status="killed", ended="SIGKILL")
     at_limit = replace(rank, ram=replace(rank.ram, limit_bytes=int(rank.ram.end_bytes / 0.95)))

@@ -4,7 +4,7 @@
 (`poll`), so ranks never wait; at the end, every rank's report is assembled from its stream with
 the same `assemble_report` a single process uses. A rank that stopped sending without its final
 message was killed: its report is what it sent until then, with how it ended where that can be
-known (its exit status while it is an unreaped child, or the launcher's exception).
+known (its exit status, read when it ended even if it is not our child, or the launcher's exception).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from ..forensics import WorkerExit
 from ..model import RankSummary, Suspect, from_schema_dict
+from ..probes.exits import ExitWitness
 from ..probes.nvml import NvmlProcesses
 from ..probes.process import exit_of
 from ..report import assemble_report
@@ -55,6 +56,7 @@ class RankFeed:
     suspects: tuple[Suspect, ...] = ()
     final: dict[str, Any] | None = None
     exit: WorkerExit | None = None
+    exited_s: float | None = None  # the watcher's seconds when its process ended, where that was seen
     cuda_devices: tuple[str, ...] = ()  # UUIDs of the devices its allocator uses
     cuda_contexts: dict[str, int] = field(default_factory=dict)  # device UUID -> most the driver saw it hold
 
@@ -158,6 +160,7 @@ class RankFeeds:
         self._started_wall_s = time.time()
         self.feeds: dict[int, RankFeed] = {}
         self._nvml = NvmlProcesses()
+        self._exits = ExitWitness(clock)
         self._next_nvml_s = 0.0
         self._next_poll_s = 0.0
         self._lock = threading.Lock()  # polled by the sampler thread, read by the live figure and at the end
@@ -178,8 +181,7 @@ class RankFeeds:
             for message in messages:
                 self._apply(message, now_s)
             for feed in self.feeds.values():
-                if feed.final is None and feed.exit is None:
-                    feed.exit = exit_of(feed.pid)
+                self._note_exit(feed)
             if now_s >= self._next_nvml_s and any(f.cuda_devices for f in self.feeds.values()):
                 self._next_nvml_s = now_s + NVML_PERIOD_S
                 self._read_contexts()
@@ -199,6 +201,7 @@ class RankFeeds:
         feed = self.feeds.get(pid)
         if feed is None:
             feed = self.feeds[pid] = RankFeed(pid)
+            self._exits.watch(pid)
         apply_message(feed, message, now_s, self._started_wall_s)
 
     def snapshot(self) -> list[RankFeed]:
@@ -216,13 +219,12 @@ class RankFeeds:
             numbers = rank_numbers(list(self.feeds.values()))
             out = []
             for pid, feed in self.feeds.items():
-                if feed.final is None and feed.exit is None:
-                    feed.exit = exit_of(pid)
+                self._note_exit(feed)
                 status, ended = self._ending(feed, ended_by)
                 report = assemble_report(evidence_from(feed.evidence_fields(), feed.timeline))
                 out.append(summary_of(
                     report, rank=numbers[pid], pid=pid, host=feed.host, status=status, ended=ended,
-                    last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s,
+                    last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,
                     local_rank=feed.local_rank, dropped=feed.dropped,
                     cuda_contexts=tuple(
                         {"device": uuid, "used": used, "own": uuid in feed.cuda_devices}
@@ -230,6 +232,18 @@ class RankFeeds:
                     ),
                 ))
             return tuple(out)
+
+    def _note_exit(self, feed: RankFeed) -> None:
+        """When and how a rank that has not finished ended: from the exit witness, else from `waitid`
+        (only a child of the watcher, such as a rank its notebook started)."""
+        if feed.final is not None or feed.exited_s is not None:
+            return
+        seen = self._exits.ended(feed.pid)
+        if seen is not None:
+            feed.exited_s = seen[0] - self._started_s
+            feed.exit = feed.exit or seen[1]
+        if feed.exit is None:
+            feed.exit = exit_of(feed.pid)
 
     @staticmethod
     def _ending(feed: RankFeed, ended_by: BaseException | None) -> tuple[str | None, str | None]:
@@ -256,5 +270,6 @@ class RankFeeds:
         return "killed", ended
 
     def close(self) -> None:
+        self._exits.close()
         self._sink.close()
         self._nvml.close()

@@ -30,6 +30,7 @@ def summary_of(
     ended: str | None = None,
     last_seen_s: float = 0.0,
     stalled_s: float = 0.0,
+    exited_s: float | None = None,
     local_rank: int | None = None,
     dropped: int = 0,
     cuda_contexts: tuple[dict[str, Any], ...] = (),
@@ -50,6 +51,7 @@ def summary_of(
         per_step_bytes=rates.get(report.resource) if report.resource else None,
         epochs=report.epochs,
         status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,
+        exited_s=exited_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
         cuda_contexts=cuda_contexts,
     )
@@ -68,17 +70,23 @@ STALLED_S = 0.1  # a rank whose last messages brought no new steps for longer ha
 
 def first_to_die(ranks: Sequence[RankSummary]) -> RankSummary | None:
     """The rank whose death ended the run: one known to have died of something else than the
-    launcher's stop signal; else one that was still making steps when it went silent (the others,
-    waiting in a collective for it, had stopped stepping before their launcher stopped them); else
-    the one that went silent first. Streams are a quarter second apart, so silence alone is a weak
-    witness."""
+    launcher's stop signal; among those (or, if none, among all that were killed) the first whose
+    process the watcher saw end."""
     killed = [r for r in ranks if r.status == "killed"]
     if not killed:
         return None
     witnessed = [r for r in killed if r.ended is not None and r.ended not in STOPPED_BY_LAUNCHER]
-    if witnessed:
-        return min(witnessed, key=lambda r: r.last_seen_s)
-    return min(killed, key=lambda r: (r.stalled_s > STALLED_S, r.last_seen_s))
+    return _first_ended(witnessed or killed)
+
+
+def _first_ended(ranks: Sequence[RankSummary]) -> RankSummary:
+    """The first to end, by when its process ended where that was seen for each; else by their
+    streams: one still making steps when it went silent (the others, waiting in a collective for
+    it, had stopped stepping before their launcher stopped them), else the first to go silent.
+    Streams are a quarter second apart, so silence is the weaker witness."""
+    if all(r.exited_s is not None for r in ranks):
+        return min(ranks, key=lambda r: r.exited_s or 0.0)
+    return min(ranks, key=lambda r: (r.stalled_s > STALLED_S, r.last_seen_s))
 
 
 def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:

@@ -1,0 +1,134 @@
+"""When and how processes that are not our children end: a pidfd per process, watched by one thread.
+
+A rank started by torchrun is its launcher's child, not the watcher's: `waitid` cannot read its
+status, and the launcher reaps it within a tenth of a second, then stops the other ranks with
+SIGTERM. Which rank died first, and of what, decides which rank a report blames, and the ranks'
+streams cannot tell it: a quarter second apart, a dead rank's last message often comes after a
+surviving one's. A pidfd becomes readable the moment its process ends; the thread here wakes
+then, notes the time and reads the exit status from /proc while the process is still a zombie.
+Linux 5.3 and later; elsewhere nothing is seen and callers keep their other witnesses.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+
+from ..forensics import WorkerExit
+
+EXIT_CODE_FIELD = 49  # /proc/PID/stat's 52nd field (exit_code), counted after the ")" closing the name
+
+
+def zombie_exit(pid: int) -> WorkerExit | None:
+    """How `pid` ended while it is a zombie (its parent has not reaped it yet); None otherwise.
+
+    The status is in waitpid's form; Linux shows it to the process's own user only (others read 0)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()
+        if fields[0] != b"Z":
+            return None
+        status = int(fields[EXIT_CODE_FIELD])
+    except (OSError, IndexError, ValueError):
+        return None
+    if status & 0x7F:
+        return WorkerExit(pid, status & 0x7F, None)
+    return WorkerExit(pid, None, (status >> 8) & 0xFF)
+
+
+class ExitWitness:
+    """Sees watched processes end: when (on `clock`) and, if still readable, how.
+
+    The thread starts with the first `watch` and sleeps in `select` until a process ends or
+    `close` wakes it; `close` joins it and closes every descriptor."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pidfds: dict[int, int] = {}  # pidfd -> pid, while the process runs
+        self._watched: set[int] = set()
+        self._ended: dict[int, tuple[float, WorkerExit | None]] = {}
+        self._thread: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None  # a pipe: written to make the thread look again
+        self._closing = False
+        self._owner_pid = os.getpid()
+
+    @property
+    def available(self) -> bool:
+        return hasattr(os, "pidfd_open")
+
+    def watch(self, pid: int) -> None:
+        """Start watching `pid` (once; nothing happens where pidfds do not exist or `pid` is gone)."""
+        if not self.available or self._closing or os.getpid() != self._owner_pid:
+            return
+        with self._lock:
+            if pid in self._watched:
+                return
+            self._watched.add(pid)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return
+        with self._lock:
+            self._pidfds[pidfd] = pid
+            if self._thread is None:
+                self._wake = os.pipe()
+                self._thread = threading.Thread(target=self._run, name="torchmem_magic-exits", daemon=True)
+                self._thread.start()
+                return
+        self._poke()
+
+    def ended(self, pid: int) -> tuple[float, WorkerExit | None] | None:
+        """(when on `clock`, how or None if it could not be read) once `pid` has ended; else None."""
+        with self._lock:
+            return self._ended.get(pid)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            try:
+                os.write(self._wake[1], b"x")
+            except OSError:
+                pass
+
+    def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake[0]
+        while True:
+            with self._lock:
+                pidfds = list(self._pidfds)
+            try:
+                ready, _, _ = select.select([wake, *pidfds], [], [])
+            except OSError:
+                return
+            now_s = self._clock()
+            if wake in ready:
+                os.read(wake, 4096)
+                if self._closing:
+                    return
+            for pidfd in ready:
+                if pidfd == wake:
+                    continue
+                how = zombie_exit(self._pidfds[pidfd])
+                with self._lock:
+                    pid = self._pidfds.pop(pidfd)
+                    self._ended[pid] = (now_s, how)
+                os.close(pidfd)
+
+    def close(self) -> None:
+        """Stop the thread and close every descriptor (in a forked child: close what it inherited)."""
+        self._closing = True
+        if os.getpid() == self._owner_pid:
+            self._poke()
+            if self._thread is not None:
+                self._thread.join()
+        with self._lock:
+            pidfds, self._pidfds = list(self._pidfds), {}
+            wake, self._wake = self._wake, None
+        for fd in (*pidfds, *(wake or ())):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
