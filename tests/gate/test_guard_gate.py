@@ -5,6 +5,7 @@ is reported as one the guard could not stop, and the live figure shows the thres
 
 from __future__ import annotations
 
+import mmap
 import re
 import threading
 import time
@@ -100,14 +101,19 @@ def test_without_a_guard_the_same_loop_crosses_the_threshold_and_runs_to_its_end
 
 
 def test_a_loop_without_a_step_clock_is_reported_as_one_the_guard_could_not_stop(limit: tuple[int, int]) -> None:
-    kept: list[bytes] = []
+    kept: list[mmap.mmap] = []
     with memwatch(quiet=True, guard=0.9) as session:
-        for _ in range(40):  # 200 MiB of plain bytes: no optimizer, backward, batch or forward call
-            kept.append(b"x" * STEP_BYTES)
+        for _ in range(40):  # 200 MiB of plain memory: no optimizer, backward, batch or forward call
+            # fresh pages, written: resident whatever the allocator kept free from earlier tests
+            page = mmap.mmap(-1, STEP_BYTES)
+            page.write(b"x" * STEP_BYTES)
+            kept.append(page)
             time.sleep(0.01)
     report = session.report
     assert report is not None and report.status == "ok" and len(kept) == 40 and report.clock == "time"
     assert "could not stop the loop: it has no step clock" in report.advice[0]
+    for page in kept:
+        page.close()
 
 
 def test_a_bad_guard_is_a_value_error_before_anything_runs() -> None:
