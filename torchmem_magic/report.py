@@ -31,13 +31,11 @@ from .model import (
 )
 from .ranks.merge import with_ranks
 from .results import Report
-from .units import format_bytes
 from .timeline import NAN, DecimatingSeries, Timeline
 from .verdict import Diagnosis, Series, decide, robust_slope
 
 LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
 #: the step-aligned column each resource's "growth per step" is measured on
-RELEASED_SHARE = 0.5  # of the growth over the steps, coming back at the block's end, is worth a line
 RATE_COLUMNS = {"ram": "ram_bytes", "heap": "heap_bytes", "vram": "vram_allocated_bytes", "shm": "shm_used_bytes"}
 
 
@@ -142,8 +140,7 @@ def diagnose(
     step_x = columns[x_name]
     heap, ram = columns["heap_bytes"], columns["ram_bytes"]
     # the OOM killer counts resident memory: heap growth exhausts the headroom RSS has left
-    both = [(r, h) for r, h in zip(ram, heap) if not (math.isnan(r) or math.isnan(h))]
-    rss_above_heap = both[-1][0] - both[-1][1] if both else 0.0
+    rss_above_heap = ram[-1] - heap[-1] if len(heap) and not math.isnan(heap[-1]) else 0.0
     series = [
         Series("heap", step_x, heap, ram_limit_bytes - rss_above_heap),
         Series("ram", step_x, ram, ram_limit_bytes),
@@ -181,28 +178,6 @@ def _readings(xs: Sequence[float], values: Sequence[float]) -> tuple[list[float]
             out_x.append(x)
             out_y.append(y)
     return out_x, out_y
-
-
-def released_at_end(timeline: Timeline, diagnosis: Diagnosis, clock: Clock) -> list[str]:
-    """A line when most of the leaking resource's growth came back once the block ended (the step
-    series leaves that reading out): the loop still grows it, what held it just did not outlive the block."""
-    if diagnosis.verdict not in ("leak", "suspect") or diagnosis.resource is None or clock == "time":
-        return []
-    column = RATE_COLUMNS.get(diagnosis.resource)
-    if column is None:
-        return []
-    in_loop = [v for v in timeline.by_step.column(column) if not math.isnan(v)]
-    end = timeline.by_time.last_value(column)
-    if len(in_loop) < 2 or math.isnan(end):
-        return []
-    grown, fallen = in_loop[-1] - in_loop[0], in_loop[-1] - end
-    if grown <= 0 or fallen < RELEASED_SHARE * grown:
-        return []
-    return [
-        f"{format_bytes(fallen)} of the {diagnosis.resource} came back when the block ended: what held it was "
-        "freed after the loop or went out of scope (a list local to a function that returned). "
-        "The loop itself grows it at this rate: a longer loop still runs out"
-    ]
 
 
 def rates_of(diagnosis: Diagnosis) -> dict[str, float]:
@@ -426,7 +401,6 @@ def assemble_report(evidence: RunEvidence) -> Report:
         tracked=bool(evidence.holder_series),
     )
     death_advice = worker_death_advice(evidence, ram, shm)
-    released = released_at_end(timeline, diagnosis, evidence.clock)
     if shm is not None and not death_advice:
         warning = shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
         death_advice += [warning] if warning else []
@@ -454,7 +428,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
         resource=diagnosis.resource,
         steps_to_exhaustion=diagnosis.steps_to_exhaustion,
         suspects=suspects,
-        advice=(*evidence.guard_advice, *death_advice, *diagnosis.advice, *released, *source_error_advice(evidence.source_errors)),
+        advice=(*evidence.guard_advice, *death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
         seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
         per_step_error_bytes=diagnosis.per_step_error_bytes,
         sporadic_steps=diagnosis.sporadic_steps,

@@ -50,7 +50,7 @@ from .scan.scanner import scan_roots
 from .step_requests import StepRequests
 from .step_sampling import StepSamplingPolicy
 from .suspects import baseline_of, suspects_from_scan, suspects_from_stats
-from .timeline import NAN, Timeline, step_row_after_the_loop
+from .timeline import NAN, Timeline
 from .verdict import Diagnosis
 
 if TYPE_CHECKING:
@@ -596,14 +596,14 @@ class MemwatchSession:
 
     def _final_readings(self) -> None:
         """One last background reading, and a step-aligned one at the final step count if the
-        stride skipped the last steps (a jump there must still be seen; a fall is the block's end)."""
+        stride skipped the last steps (a jump there must still be seen)."""
         if self.ranks is not None:
             self.ranks.poll(force=True)  # what the ranks sent since the sampler's last read
         row = self._background_row()  # also files queued step rows
         self.timeline.by_time.append(row)
         if self.steps > self.sampling.last_sampled_step:
             self.sampling.mark_sampled(self.steps)
-            self.timeline.by_step.append(step_row_after_the_loop(row, self.timeline.by_step))
+            self.timeline.by_step.append(row)
 
     def _find_suspects(self) -> tuple[Suspect, ...]:
         if self._roots is None:

@@ -149,24 +149,6 @@ class DecimatingSeries:
         return sum(c.buffer_info()[1] * c.itemsize for c in self._columns)
 
 
-def step_row_after_the_loop(row: Row, by_step: DecimatingSeries) -> dict[str, float]:
-    """The reading taken once the block ended, as a row of the step-aligned series: every memory column
-    that fell below the last step row is left out (NaN).
-
-    The block's end is after the loop: whatever its scope held is gone by then (a list local to a
-    function that returned), so a fall there is not the loop's and would read as growth that stopped.
-    A rise is kept: the sampling stride may have skipped a jump in the last steps. The time series
-    keeps the reading whole."""
-    last = by_step.last
-    out = dict(row)
-    if last is None:
-        return out
-    for name, value in row.items():
-        if name not in X_COLUMNS and value < last[_COLUMN_INDEX[name]]:
-            out[name] = NAN
-    return out
-
-
 @dataclass(frozen=True)
 class EpochMarker:
     """A pass of a DataLoader started: at `t_s` seconds, when each step clock stood at `steps`."""

@@ -62,6 +62,7 @@ class ResourceFinding:
     steps_to_exhaustion: float | None = None
     net_growth_bytes: float = 0.0  # last minus first value after warm-up
     per_epoch_bytes: float | None = None  # a staircase's growth per epoch
+    released_bytes: float = 0.0  # what the last reading gave back, left out of the judgement (see `released_at_the_end`)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ JUMP_MIN_BYTES = 256 * 1024  # a level change below this is never a jump nor a w
 JUMP_NOISE_SCALES = 8.0  # a jump rises this many noise scales beyond the typical rate's growth
 JUMP_OVER_RATE = 2.0  # ... and more than twice what the typical rate grows over its step gap
 PERSISTENCE_POINTS = 5  # points each side of a jump whose medians tell whether its level holds
+RELEASE_OF_SPREAD = 0.5  # a fall at the last reading this big a share of the series' spread...
+PATTERN_OF_RELEASE = 0.25  # ...with no earlier fall this big a share of it: the block's end releasing
 REST_FRACTION = 2 / 3  # a warm-up leaves a regular rest spanning at least this share of the run's steps
 LEVEL_NOISE_SCALES = 4.0  # a point this far below the rest's line is still warming up
 LEADING_JUMP_SPEEDUP = 10.0  # a leading jump grows this many times faster than the rest: warm-up
@@ -301,6 +304,24 @@ def warmup_length(xs: Sequence[float], ys: Sequence[float]) -> int:
     return _leading_jumps(xs, ys, jumps, rest)
 
 
+def released_at_the_end(ys: Sequence[float]) -> float:
+    """The fall of the last reading when it is what the end of the block released; else 0.
+
+    The last reading is taken when the block ends, after the loop: a list local to a function that
+    returned, or one freed after the loop, is gone by then. That fall says nothing of the loop's own
+    growth, and judged with the rest it reads as growth that stopped (a warm-up) or as no net
+    growth. A fall that repeats earlier ones (a list cleared at every epoch's end) is the loop's own
+    pattern and stays."""
+    if len(ys) < 3:
+        return 0.0
+    rest = ys[:-1]
+    fall = rest[-1] - ys[-1]
+    if fall <= max(RELEASE_OF_SPREAD * (max(rest) - min(rest)), JUMP_MIN_BYTES):
+        return 0.0
+    earlier = max((a - b for a, b in zip(rest, rest[1:])), default=0.0)
+    return fall if earlier < PATTERN_OF_RELEASE * fall else 0.0
+
+
 def _spread_over_run(xs: Sequence[float], jumps: Sequence[int]) -> bool:
     """Whether some jump lies past the first (1 - REST_FRACTION) of the steps: a sporadic leak keeps
     jumping; jumps only at the start are a warm-up's."""
@@ -310,10 +331,13 @@ def _spread_over_run(xs: Sequence[float], jumps: Sequence[int]) -> bool:
 def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200) -> ResourceFinding:
     """The verdict for one resource (`max_points` bounds the Theil–Sen cost: ~n²/2 slopes)."""
     xs, ys = _clean(series)
+    released = released_at_the_end(ys)
+    if released:
+        xs, ys = xs[:-1], ys[:-1]
     warmup = warmup_length(xs, ys) if len(ys) > MIN_STEPS else 0
     xs, ys = xs[warmup:], ys[warmup:]
     if len(ys) < MIN_STEPS:
-        return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0)
+        return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0, released_bytes=released)
     typical_rate = _typical_rate(xs, ys)
     noise = _noise(xs, ys, typical_rate)
     slope, intercept = theil_sen(xs, ys, max_points)
@@ -336,7 +360,8 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
         if verdict in ("leak", "suspect") and series.limit_bytes and slope > 0:
             exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / slope)
         return ResourceFinding(
-            series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion, net, per_epoch
+            series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion, net, per_epoch,
+            released,
         )
 
     if net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net:
@@ -504,6 +529,12 @@ def decide(
                 f" (~{format_duration(seconds, rough=True)})" if seconds else ""
             )
         advice.insert(1, f"at {rate} {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}")
+    if chosen.released_bytes:
+        advice.insert(2 if chosen.steps_to_exhaustion is not None else 1, (
+            f"{format_bytes(chosen.released_bytes)} of it came back when the block ended: what held it was freed "
+            "after the loop or went out of scope (a list local to a function that returned); the loop itself "
+            "grows it at this rate"
+        ))
     verdict = chosen.verdict
     return Diagnosis(
         verdict, chosen.leak_kind, chosen.resource if chosen.resource != "vram_reserved" else "vram",

@@ -73,7 +73,7 @@ def test_the_script_api_names_a_helpers_local_too() -> None:
     # finds the list freed: that fall is said, not taken for the end of the growth
     assert (report.verdict, report.leak_kind, report.resource) == ("leak", "per-iteration", "heap"), report.advice
     assert report.heap is not None and report.heap.end_bytes < report.heap.peak_bytes
-    assert any("of the heap came back when the block ended" in line for line in report.advice), report.advice
+    assert any("of it came back when the block ended" in line for line in report.advice), report.advice
 
 
 def test_a_clean_loop_passes() -> None:

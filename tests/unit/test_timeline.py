@@ -8,7 +8,6 @@ from torchmem_magic.timeline import (
     DecimatingSeries,
     Timeline,
     column_index,
-    step_row_after_the_loop,
 )
 
 
@@ -81,13 +80,3 @@ def test_epoch_markers_bounded() -> None:
     assert tl.epoch_count(1) == tl.epoch_count(2) == Timeline.MAX_EPOCH_MARKERS // 2 + 5
     assert len(tl.epochs) == Timeline.MAX_EPOCH_MARKERS
     assert [m.step_of("batch") for m in tl.epochs_of(2)[:2]] == [2, 6] and tl.epochs[3].step_of("time") == 0
-
-
-def test_the_reading_after_the_loop_drops_only_the_columns_that_fell() -> None:
-    by_step = DecimatingSeries(8)
-    assert step_row_after_the_loop({"step": 1.0, "heap_bytes": 5.0}, by_step) == {"step": 1.0, "heap_bytes": 5.0}
-    by_step.append({"step": 10.0, "heap_bytes": 100.0, "ram_bytes": 500.0, "rss_bytes": 400.0})
-    after = step_row_after_the_loop({"t_s": 3.0, "step": 12.0, "heap_bytes": 60.0, "ram_bytes": 520.0,
-                                     "rss_bytes": 400.0}, by_step)
-    assert math.isnan(after["heap_bytes"])  # the scope's release: not the loop's
-    assert (after["t_s"], after["step"], after["ram_bytes"], after["rss_bytes"]) == (3.0, 12.0, 520.0, 400.0)

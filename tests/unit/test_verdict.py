@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from torchmem_magic.units import format_bytes
 from torchmem_magic.verdict import MIB, Series, analyse, decide, warmup_length
 
 BASE = 600 * MIB
@@ -261,3 +262,36 @@ def test_a_warmup_in_the_dense_start_of_a_thinned_run_then_flat_is_clean() -> No
         values = [BASE + fill(int(x) - 1, 40, 30 * MIB, False) + rng.gauss(0, 64 * 1024) for x in xs]
         f = analyse(Series("heap", xs, values, 16 * 1024 * MIB))
         assert f.verdict == "clean" and 39 <= f.warmup_steps <= 42, (seed, f)
+
+
+def test_what_the_block_end_released_is_said_and_not_taken_for_the_end_of_the_growth() -> None:
+    """A thinned steady leak in a list local to a function: the reading after the block finds it freed."""
+    xs = sampler_steps(300)
+    for seed in range(5):
+        rng = random.Random(seed)
+        values = [BASE + 66 * 1024 * x + rng.gauss(0, 4 * 1024) for x in xs]
+        values[-1] = BASE + rng.gauss(0, 4 * 1024)  # the helper returned: its list is gone
+        f = analyse(Series("heap", xs, values, 16 * 1024 * MIB))
+        assert (f.verdict, f.leak_kind) == ("leak", "per-iteration"), (seed, f)
+        assert f.per_step_bytes == pytest.approx(66 * 1024, rel=0.05)
+        assert f.released_bytes == pytest.approx(values[-2] - values[-1])
+    diagnosis = decide([Series("heap", xs, values, 16 * 1024 * MIB)])
+    assert any(line.startswith(f"{format_bytes(f.released_bytes)} of it came back when the block ended")
+               for line in diagnosis.advice), diagnosis.advice
+
+
+def test_a_list_cleared_at_every_epochs_end_including_the_last_stays_clean() -> None:
+    """The last fall repeats the earlier ones: the loop's own pattern, not the block's end."""
+    rng = random.Random(7)
+    values = []
+    for epoch in range(4):
+        values += [BASE + i * 60 * 1024 + rng.gauss(0, 16 * 1024) for i in range(50)]
+    values.append(BASE + rng.gauss(0, 16 * 1024))  # cleared after the last epoch's steps
+    f = analyse(series(values), epoch_steps=[1 + 50 * e for e in range(4)])
+    assert f.verdict == "clean" and f.released_bytes == 0, f
+
+
+def test_a_small_last_fall_in_noise_is_left_in() -> None:
+    values = noisy(150, 256 * 1024, seed=8)
+    values[-1] -= 300 * 1024  # within what the noise does at every step
+    assert analyse(series(values)).released_bytes == 0
