@@ -318,7 +318,8 @@ def guard_status(levels: Sequence[Level], share: float, tripped: bool = False, c
         return f"{text}, over {_percent(share)}: {then}"
     seconds = level.seconds_to(share)
     if seconds is not None and level.per_s_bytes is not None:
-        text += f", {_percent(share)} in ~{format_duration(seconds, rough=True)} at {format_bytes(level.per_s_bytes, signed=True)}/s"
+        when = "within a second" if seconds < 1 else f"in ~{format_duration(seconds, rough=True)}"
+        text += f", {_percent(share)} {when} at {format_bytes(level.per_s_bytes, signed=True)}/s"
     return text
 
 

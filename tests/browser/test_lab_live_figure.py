@@ -121,3 +121,53 @@ def test_the_quickstart_names_the_leaking_holder_while_its_cell_runs(lab: Lab, p
     cell.screenshot(path=str(ARTIFACTS / "quickstart_holder_named_live.png"))
     status = cell.locator(".widget-html").first.inner_text().replace("\xa0", " ")
     assert "growing: val_outputs +" in status and "autograd graphs" in status
+
+
+GUARD_SETUP = """\
+%load_ext torchmem_magic
+import os, psutil, torch, time
+torch.set_num_threads(1)
+# a RAM limit whose 90% lies 240 MiB above what the kernel uses now
+os.environ["TORCHMEM_MAGIC_RAM_LIMIT"] = str(int((psutil.Process().memory_info().rss + (240 << 20)) / 0.9))"""
+GUARD_TRAIN = """\
+%%memwatch --guard 90% --interval 50
+model = torch.nn.Linear(32, 32); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+kept = []
+for step in range(1000):
+    opt.zero_grad(); model(torch.randn(8, 32)).sum().backward(); opt.step()
+    kept.append(torch.ones(1 << 19))   # 2 MiB a step: the guard stops it after some 100 steps
+    time.sleep(0.1)"""
+GUARD_LINE_JS = "() => Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure')).some(f => f.textContent.includes('guard: 90% of RAM limit'))"
+
+
+def test_the_guard_draws_its_threshold_warns_before_it_and_stops_the_loop(lab: Lab, page: Any) -> None:
+    stopped = new_code_cell(GUARD_TRAIN, metadata={"tags": ["raises-exception"]})  # run-all goes on past its error
+    nb = new_notebook(cells=[new_code_cell(GUARD_SETUP), stopped, new_code_cell("len(kept)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lab.root / "guard.ipynb")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.goto(f"{lab.url}/lab/tree/guard.ipynb?token={lab.token}")
+    this_notebook = "!!w && !!w.context && w.context.path.endsWith('guard.ipynb')"
+    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+    # while it runs: the threshold line (drawn once RAM is half way to it) and the status line's warning
+    try:
+        _wait(page, f"() => ({PROMPTS_JS})()[1] === '[*]:' && ({GUARD_LINE_JS})() && "
+                    "Array.from(document.querySelectorAll('.jp-Notebook .widget-html')).some(e => e.innerText.replace(/\\u00a0/g, ' ').includes('90% in ~'))")
+    except TimeoutError:
+        page.screenshot(path=str(ARTIFACTS / "guard_timeout.png"), full_page=True)
+        raise
+    status = page.inner_text(".jp-Notebook .widget-html").replace("\xa0", " ")
+    page.screenshot(path=str(ARTIFACTS / "guard_running.png"), full_page=True)
+    assert page.evaluate(PROMPTS_JS)[1] == "[*]:", "the cell should still be running"
+    assert "guard: RAM" in status and "of 9" not in status and "/s" in status, status
+
+    # stopped by the guard: the error, the report, and the kernel and `kept` still there for the next cell
+    _wait(page, f"() => ({PROMPTS_JS})()[2].startsWith('[') && ({PROMPTS_JS})()[2] !== '[*]:'", timeout_s=120)
+    text = page.inner_text(".jp-Notebook")
+    assert "MemoryGuardError" in text and "memwatch guard: RAM at " in text
+    assert "the memory guard stopped the run after" in page.inner_text(".torchmem-report")
+    kept = int(page.inner_text(".jp-Notebook .jp-OutputArea-executeResult").split()[-1])  # after its "[3]:"
+    assert 20 < kept < 1000
+    page.screenshot(path=str(ARTIFACTS / "guard_stopped.png"), full_page=True)

@@ -130,6 +130,8 @@ def test_the_status_line_warns_with_the_time_to_the_threshold() -> None:
     shm = Level("/dev/shm", 10 * MIB, 64 * MIB, "its size", 1 * MIB)
     assert guard_status([level, shm], 0.9) == "guard: /dev/shm 16% of 64.0 MiB, 90% in ~48 s at +1.0 MiB/s"  # the sooner
     assert guard_status([Level("RAM", math.nan, GIB, "system")], 0.9) is None
+    close = Level("RAM", 0.895 * GIB, GIB, "system", 20 * MIB)  # 5 MiB to go at 20 MiB/s
+    assert guard_status([close], 0.9) == "guard: RAM 90% of 1.0 GiB, 90% within a second at +20.0 MiB/s"
 
 
 def test_the_advice_says_what_the_guard_did_or_why_it_could_not() -> None:
