@@ -137,7 +137,17 @@ for step in range(1000):
     opt.zero_grad(); model(torch.randn(8, 32)).sum().backward(); opt.step()
     kept.append(torch.ones(1 << 19))   # 2 MiB a step: the guard stops it after some 100 steps
     time.sleep(0.1)"""
-GUARD_LINE_JS = "() => Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure')).some(f => f.textContent.includes('guard: 90% of RAM limit'))"
+# earlier tests' notebooks stay open in hidden tabs: every query looks only at the notebook shown
+ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+GUARD_PROMPTS_JS = PROMPTS_JS.replace("document.querySelectorAll('", f"document.querySelectorAll('{ACTIVE} ")
+GUARD_RUNNING_JS = f"""() => {{
+  const panel = document.querySelector('{ACTIVE}');
+  if (!panel) return false;
+  const figure = Array.from(panel.querySelectorAll('.bqplot.figure')).some(f => f.textContent.includes('guard: 90% of RAM limit'));
+  const warned = Array.from(panel.querySelectorAll('.widget-html'))
+    .some(e => /90% (in ~|within a second)/.test(e.innerText.replace(/\\u00a0/g, ' ')));
+  return figure && warned && ({GUARD_PROMPTS_JS})()[1] === '[*]:';
+}}"""
 
 
 def test_the_guard_draws_its_threshold_warns_before_it_and_stops_the_loop(lab: Lab, page: Any) -> None:
@@ -152,22 +162,22 @@ def test_the_guard_draws_its_threshold_warns_before_it_and_stops_the_loop(lab: L
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
     # while it runs: the threshold line (drawn once RAM is half way to it) and the status line's warning
+    panel = page.locator(ACTIVE)
     try:
-        _wait(page, f"() => ({PROMPTS_JS})()[1] === '[*]:' && ({GUARD_LINE_JS})() && "
-                    "Array.from(document.querySelectorAll('.jp-Notebook .widget-html')).some(e => e.innerText.replace(/\\u00a0/g, ' ').includes('90% in ~'))")
+        _wait(page, GUARD_RUNNING_JS)
     except TimeoutError:
         page.screenshot(path=str(ARTIFACTS / "guard_timeout.png"), full_page=True)
         raise
-    status = page.inner_text(".jp-Notebook .widget-html").replace("\xa0", " ")
+    status = panel.locator(".widget-html").first.inner_text().replace("\xa0", " ")
     page.screenshot(path=str(ARTIFACTS / "guard_running.png"), full_page=True)
-    assert page.evaluate(PROMPTS_JS)[1] == "[*]:", "the cell should still be running"
-    assert "guard: RAM" in status and "of 9" not in status and "/s" in status, status
+    assert page.evaluate(GUARD_PROMPTS_JS)[1] == "[*]:", "the cell should still be running"
+    assert "guard: RAM" in status and "/s" in status, status
 
     # stopped by the guard: the error, the report, and the kernel and `kept` still there for the next cell
-    _wait(page, f"() => ({PROMPTS_JS})()[2].startsWith('[') && ({PROMPTS_JS})()[2] !== '[*]:'", timeout_s=120)
-    text = page.inner_text(".jp-Notebook")
+    _wait(page, f"() => ({GUARD_PROMPTS_JS})()[2].startsWith('[') && ({GUARD_PROMPTS_JS})()[2] !== '[*]:'", timeout_s=120)
+    text = panel.inner_text()
     assert "MemoryGuardError" in text and "memwatch guard: RAM at " in text
-    assert "the memory guard stopped the run after" in page.inner_text(".torchmem-report")
-    kept = int(page.inner_text(".jp-Notebook .jp-OutputArea-executeResult").split()[-1])  # after its "[3]:"
+    assert "the memory guard stopped the run after" in panel.locator(".torchmem-report").inner_text()
+    kept = int(panel.locator(".jp-OutputArea-executeResult").last.inner_text().split()[-1])  # after its "[3]:"
     assert 20 < kept < 1000
     page.screenshot(path=str(ARTIFACTS / "guard_stopped.png"), full_page=True)
