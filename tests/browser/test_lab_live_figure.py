@@ -49,15 +49,25 @@ def _wait(page: Any, js: str, timeout_s: float = 90.0) -> Any:
     raise TimeoutError(js)
 
 
-def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, page: Any) -> None:
-    nb = new_notebook(cells=[new_code_cell(SETUP), new_code_cell(TRAIN)])
+def write_notebook(lab: Lab, name: str, cells: list[Any]) -> None:
+    nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, lab.root / "live.ipynb")
-    ARTIFACTS.mkdir(exist_ok=True)
+    nbformat.write(nb, lab.root / name)
 
-    page.goto(f"{lab.url}/lab/tree/live.ipynb?token={lab.token}")
-    _wait(page, KERNEL_IDLE_JS)
+
+def open_and_run_all(lab: Lab, page: Any, name: str) -> None:
+    """Open notebook `name` and run all its cells once its own kernel is idle (the page may still
+    show the notebook an earlier test opened: run-all must reach this one)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
+    this_notebook = f"!!w && !!w.context && w.context.path.endsWith('{name}')"
+    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+
+def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, page: Any) -> None:
+    write_notebook(lab, "live.ipynb", [new_code_cell(SETUP), new_code_cell(TRAIN)])
+    open_and_run_all(lab, page, "live.ipynb")
 
     # while cell 2 is busy ([*]) and cell 1 is done, the line must gain points between two looks
     _wait(page, f"() => {{ const p = ({PROMPTS_JS})(); return p[1] === '[*]:' && p[0] !== '[*]:' && ({POINTS_JS})() > 2; }}")
@@ -105,12 +115,7 @@ BUSY_WITH_HOLDER_NAMED_JS = """() => {
 
 def test_the_quickstart_names_the_leaking_holder_while_its_cell_runs(lab: Lab, page: Any) -> None:
     (lab.root / QUICKSTART.name).write_bytes(QUICKSTART.read_bytes())
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.goto(f"{lab.url}/lab/tree/{QUICKSTART.name}?token={lab.token}")
-    # the page may still show the notebook an earlier test opened: run-all must reach this one
-    this_notebook = f"!!w && !!w.context && w.context.path.endsWith('{QUICKSTART.name}')"
-    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    open_and_run_all(lab, page, QUICKSTART.name)
     try:
         _wait(page, BUSY_WITH_HOLDER_NAMED_JS, timeout_s=240)
     except TimeoutError:
@@ -152,14 +157,8 @@ GUARD_RUNNING_JS = f"""() => {{
 
 def test_the_guard_draws_its_threshold_warns_before_it_and_stops_the_loop(lab: Lab, page: Any) -> None:
     stopped = new_code_cell(GUARD_TRAIN, metadata={"tags": ["raises-exception"]})  # run-all goes on past its error
-    nb = new_notebook(cells=[new_code_cell(GUARD_SETUP), stopped, new_code_cell("len(kept)")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, lab.root / "guard.ipynb")
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.goto(f"{lab.url}/lab/tree/guard.ipynb?token={lab.token}")
-    this_notebook = "!!w && !!w.context && w.context.path.endsWith('guard.ipynb')"
-    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    write_notebook(lab, "guard.ipynb", [new_code_cell(GUARD_SETUP), stopped, new_code_cell("len(kept)")])
+    open_and_run_all(lab, page, "guard.ipynb")
 
     # while it runs: the threshold line (drawn once RAM is half way to it) and the status line's warning
     panel = page.locator(ACTIVE)

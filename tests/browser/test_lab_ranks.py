@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import nbformat
 import pytest
 from lab_server import ARTIFACTS, Lab, free_port
-from nbformat.v4 import new_code_cell, new_notebook
-from test_lab_live_figure import KERNEL_IDLE_JS, PROMPTS_JS, _wait
+from nbformat.v4 import new_code_cell
+from test_lab_live_figure import PROMPTS_JS, _wait, open_and_run_all, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -48,14 +47,8 @@ STATUS_JS = """() => {
 
 
 def test_two_ranks_have_their_curves_and_the_worst_rank_is_named_while_the_cell_runs(lab: Lab, page: Any) -> None:
-    nb = new_notebook(cells=[new_code_cell(SETUP), new_code_cell(run_cell())])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, lab.root / "ranks.ipynb")
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.goto(f"{lab.url}/lab/tree/ranks.ipynb?token={lab.token}")
-    this_notebook = "!!w && !!w.context && w.context.path.endsWith('ranks.ipynb')"
-    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    write_notebook(lab, "ranks.ipynb", [new_code_cell(SETUP), new_code_cell(run_cell())])
+    open_and_run_all(lab, page, "ranks.ipynb")
 
     try:
         _wait(page, f"() => ({PROMPTS_JS})()[1] === '[*]:' && ({STATUS_JS})().includes('worst rank 1: leak')", 120)
