@@ -111,9 +111,10 @@ class ExitWitness:
             for pidfd in ready:
                 if pidfd == wake:
                     continue
-                how = zombie_exit(self._pidfds[pidfd])
                 with self._lock:
                     pid = self._pidfds.pop(pidfd)
+                how = zombie_exit(pid)  # read before the launcher reaps it
+                with self._lock:
                     self._ended[pid] = (now_s, how)
                 os.close(pidfd)
 

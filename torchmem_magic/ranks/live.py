@@ -18,7 +18,7 @@ from ..model import Clock, RankSummary, VerdictName
 from ..report import LIVE_VERDICT_STEPS, diagnose
 from ..units import format_bytes, rate_unit
 from .feed import RankFeed, rank_numbers
-from .merge import SEVERITY, STOPPED_BY_LAUNCHER
+from .merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0
 LIVE_MAX_POINTS = 64  # the detector's pairwise slopes over at most this many points: cheap enough per rank
@@ -40,6 +40,7 @@ class RankLive:
     holder: str | None = None  # its fastest-growing holder, once one grows
     died: str | None = None  # how it stopped without finishing ("SIGKILL", "exit code 1", "stopped")
     last_seen_s: float = 0.0
+    stalled_s: float = 0.0  # how long it had made no step when its last message came
     exited_s: float | None = None  # the watcher's seconds when its process ended, where that was seen
 
 
@@ -89,7 +90,7 @@ def judge_rank(feed: RankFeed, rank: int) -> RankLive:
     return RankLive(
         rank=rank, pid=feed.pid, verdict=verdict, resource=resource, per_step_bytes=rate, clock=clock,
         steps=feed.steps, peak_bytes=_peak_bytes(feed), holder=_growing_holder(feed), died=_died(feed),
-        last_seen_s=feed.last_seen_s, exited_s=feed.exited_s,
+        last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,
     )
 
 
@@ -104,13 +105,9 @@ def from_summary(summary: RankSummary) -> RankLive:
     return RankLive(
         rank=summary.rank, pid=summary.pid, verdict=summary.verdict, resource=summary.resource,
         per_step_bytes=summary.per_step_bytes, clock=summary.clock, steps=summary.steps, peak_bytes=float(peak),
-        holder=holder, died=died, last_seen_s=summary.last_seen_s, exited_s=summary.exited_s,
+        holder=holder, died=died, last_seen_s=summary.last_seen_s,
+        stalled_s=summary.stalled_s, exited_s=summary.exited_s,
     )
-
-
-def _death_time(rank: RankLive) -> tuple[bool, float]:
-    """When its process was seen to end, else its last message (ranks whose end was seen come first)."""
-    return (rank.exited_s is None, rank.exited_s if rank.exited_s is not None else rank.last_seen_s)
 
 
 def worst_live(ranks: Sequence[RankLive]) -> RankLive | None:
@@ -120,7 +117,7 @@ def worst_live(ranks: Sequence[RankLive]) -> RankLive | None:
         return None
     dead = [r for r in ranks if r.died is not None]
     witnessed = [r for r in dead if r.died not in STOPPED_BY_LAUNCHER]
-    first_dead = min(witnessed or dead, key=_death_time) if dead else None
+    first_dead = first_ended(witnessed or dead) if dead else None
     return max(ranks, key=lambda r: (
         r is first_dead, SEVERITY.get(r.verdict, 0), r.per_step_bytes or 0.0, r.peak_bytes, -r.rank,
     ))

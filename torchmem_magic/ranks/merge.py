@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..model import RankSummary, ReportData, Suspect, VerdictName
 from ..units import format_bytes, format_duration, rate_unit
@@ -76,10 +76,24 @@ def first_to_die(ranks: Sequence[RankSummary]) -> RankSummary | None:
     if not killed:
         return None
     witnessed = [r for r in killed if r.ended is not None and r.ended not in STOPPED_BY_LAUNCHER]
-    return _first_ended(witnessed or killed)
+    return first_ended(witnessed or killed)
 
 
-def _first_ended(ranks: Sequence[RankSummary]) -> RankSummary:
+class Ending(Protocol):
+    """What tells when a rank stopped: its final report's entry, or its live state mid-run."""
+
+    @property
+    def exited_s(self) -> float | None: ...
+    @property
+    def last_seen_s(self) -> float: ...
+    @property
+    def stalled_s(self) -> float: ...
+
+
+E = TypeVar("E", bound=Ending)
+
+
+def first_ended(ranks: Sequence[E]) -> E:
     """The first to end, by when its process ended where that was seen for each; else by their
     streams: one still making steps when it went silent (the others, waiting in a collective for
     it, had stopped stepping before their launcher stopped them), else the first to go silent.
