@@ -18,6 +18,7 @@ IPYKERNEL6 ?= .venv-ipykernel6
 IPYKERNEL6_SPEC ?= ipykernel>=6.29,<7
 IPYKERNEL6_STAMP := $(IPYKERNEL6)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
@@ -25,10 +26,12 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 setup: $(STAMP)
 
+# pip 25.1 or newer reads the contributors' dependency groups from pyproject.toml (`--group`)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test,lab]" "$(TORCH_SPEC)"
+	$(PIP) "pip>=25.1"
+	$(PIP) "$(TORCH_SPEC)"
+	$(PIP) -e ".[lab]" --group test "$(TORCH_SPEC)"
 	touch $@
 
 ipykernel6: $(IPYKERNEL6_STAMP)
@@ -59,7 +62,7 @@ test: setup ipykernel6 browser-deps
 # same module) that warns on every `import pynvml`: torch's and our own NVML imports would then warn, and the
 # test suite turns warnings into errors. The shim goes; the module stays.
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[bench]" "$(TORCH_SPEC)"
+	$(PIP) --group bench "$(TORCH_SPEC)"
 	$(BIN)/python -m pip uninstall --quiet --yes pynvml
 	touch $@
 

@@ -70,20 +70,21 @@ def kernel_python(flavour: str) -> str:
 
 
 class Kernel:
-    def __init__(self, flavour: str = "ipykernel7") -> None:
+    def __init__(self, flavour: str = "ipykernel7", python: str | None = None, cwd: str | None = None) -> None:
+        """A kernel of `flavour`, or one run by the interpreter `python` (another environment), in `cwd`."""
         self.flavour = flavour
         # a kernelspec of our own names the interpreter (jupyter_client 8 ignores KernelManager.kernel_cmd)
         self._spec_dir = tempfile.TemporaryDirectory(prefix="torchmem-kernelspec-")
         spec = Path(self._spec_dir.name) / flavour
         spec.mkdir()
         (spec / "kernel.json").write_text(json.dumps({
-            "argv": [kernel_python(flavour), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "argv": [python or kernel_python(flavour), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": f"Python 3 ({flavour})", "language": "python",
         }))
         self.km = KernelManager(
             kernel_name=flavour, kernel_spec_manager=KernelSpecManager(kernel_dirs=[self._spec_dir.name])
         )
-        self.km.start_kernel()
+        self.km.start_kernel(**({} if cwd is None else {"cwd": cwd}))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
