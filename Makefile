@@ -3,8 +3,12 @@
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
 #   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls);
 #               the kernel tests marked both_kernels run in ipykernel 7 and in ipykernel 6 (see ipykernel6)
+#   make docs   set up, then build the documentation (docs/, mkdocs.yml) offline into site/; strict: a broken
+#               link or anchor fails it
 #   make bench  set up (with the peers the benchmark compares against, the `bench` extra), then run the
-#               benchmarks and rewrite their tables in README.md
+#               benchmarks and rewrite their tables in the docs pages (docs/benchmarks.md, docs/verdicts.md,
+#               docs/leak-finder.md)
+#   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -22,7 +26,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup ipykernel6 browser-deps lab demo test bench clean
+.PHONY: setup ipykernel6 browser-deps lab demo test docs screenshots bench clean
 
 setup: $(STAMP)
 
@@ -31,7 +35,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) "pip>=25.1"
 	$(PIP) "$(TORCH_SPEC)"
-	$(PIP) -e ".[lab]" --group test "$(TORCH_SPEC)"
+	$(PIP) -e ".[lab]" --group test --group docs "$(TORCH_SPEC)"
 	touch $@
 
 ipykernel6: $(IPYKERNEL6_STAMP)
@@ -58,6 +62,14 @@ test: setup ipykernel6 browser-deps
 	$(BIN)/python -m mypy
 	TORCHMEM_REQUIRE_IPYKERNEL6=1 $(BIN)/python -m pytest
 
+docs: setup
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
+# the browser test that runs a leaking cell in JupyterLab writes its live-figure and report pictures there
+screenshots: setup browser-deps
+	TORCHMEM_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser/test_lab_live_figure.py \
+		-k curves_grow_while_the_cell_is_busy
+
 # ipyexperiments requires the `pynvml` package, now a deprecated shim over nvidia-ml-py (installed with it,
 # same module) that warns on every `import pynvml`: torch's and our own NVML imports would then warn, and the
 # test suite turns warnings into errors. The shim goes; the module stays.
@@ -70,4 +82,4 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(IPYKERNEL6) .pytest_cache
+	rm -rf $(VENV) $(IPYKERNEL6) .pytest_cache site

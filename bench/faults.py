@@ -1,8 +1,8 @@
 """Fault campaign: each fault many times in a real kernel, both cores busy, and what the tool left behind.
 
 Run: python bench/faults.py            (30 runs of every fault; ~40 min on a 2-core machine)
-     python bench/faults.py --only report_interrupt   (reruns one fault; its row in README is replaced)
-     python bench/faults.py --runs 3 --only loop_interrupt,exception --no-readme
+     python bench/faults.py --only report_interrupt   (reruns one fault; its row in docs/faults.md is replaced)
+     python bench/faults.py --runs 3 --only loop_interrupt,exception --no-write
 
 Each run: a tensor made before the cell (`probe`), the fault cell (which makes `cell_tensor` first), then
 one check cell in the same kernel: the report was shown (or a clear one-line message), its status is the
@@ -41,7 +41,8 @@ from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
 from kernel_client import SETUP, Execution  # noqa: E402
 
-README = ROOT / "README.md"
+#: the docs page whose table, between `<!-- faults:start -->` and `<!-- faults:end -->`, this campaign rewrites
+PAGE = ROOT / "docs" / "faults.md"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SMALL_SHM = Path(tempfile.gettempdir()) / "torchmem-faults-shm"
 
@@ -757,27 +758,27 @@ def render(rows: list[dict[str, Any]], load: str, shm: str, seconds: float, spin
     return "\n".join(lines)
 
 
-def write_readme(section: str) -> None:
-    text = README.read_text()
+def write_page(section: str) -> None:
+    text = PAGE.read_text()
     start, end = "<!-- faults:start -->", "<!-- faults:end -->"
-    if start not in text:
-        raise SystemExit("README.md has no faults markers")
+    if start not in text or end not in text:
+        raise SystemExit(f"{PAGE.relative_to(ROOT)} has no faults markers")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    README.write_text(f"{head}{start}\n{section}\n{end}{tail}")
+    PAGE.write_text(f"{head}{start}\n{section}\n{end}{tail}")
 
 
 def replace_rows(rows: list[dict[str, Any]], when: str) -> None:
-    """`--only`: the README table keeps its other rows; these faults' rows are replaced (marked as rerun)."""
-    text = README.read_text()
+    """`--only`: the page's table keeps its other rows; these faults' rows are replaced (marked as rerun)."""
+    text = PAGE.read_text()
     for r in rows:
         line = (f"| {r['what']} (`{r['name']}`, rerun {when}) | {r['runs']} | {r['failures']} | {r['failed']} | "
                 f"{r['statuses']} | {r['landed'] or '—'} |")
         pattern = re.compile(rf"^\| [^\n]*\(`{re.escape(r['name'])}`[^\n]*$", re.M)
         if not pattern.search(text):
-            raise SystemExit(f"no row of {r['name']} in the README's faults table to replace")
+            raise SystemExit(f"no row of {r['name']} in the faults table of {PAGE.relative_to(ROOT)} to replace")
         text = pattern.sub(lambda _: line, text, count=1)
-    README.write_text(text)
+    PAGE.write_text(text)
 
 
 def main() -> None:
@@ -786,7 +787,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated fault names")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--burners", type=int, default=2)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-write", "--no-readme", dest="no_write", action="store_true",
+                        help="print the table only, leave the docs page as it is")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args()
     chosen = [f for f in faults() if not args.only or f.name in args.only.split(",")]
@@ -813,11 +815,11 @@ def main() -> None:
     load = f"1-min load average {min(loads[1:] or loads):.1f}–{max(loads):.1f} during the runs"
     section = render(rows, load, shm, time.monotonic() - started, args.burners)
     print(section)
-    if not args.no_readme:
+    if not args.no_write:
         if args.only:
             replace_rows(rows, f"with {args.burners} burners, {load}")
         else:
-            write_readme(section)
+            write_page(section)
 
 
 if __name__ == "__main__":

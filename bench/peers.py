@@ -10,7 +10,7 @@ a trivial body minus a bare trivial cell, both timed by the client.
 A second table runs the leaking loop once more under each tool and checks its real output (stream
 text, displays, the files its iframes show) for a leak verdict, the holder's name, the kind of memory.
 
-Run: python bench/run_all.py peers (rewrites README's peers section); python bench/peers.py [--quick]
+Run: python bench/run_all.py peers (rewrites the peers section of docs/benchmarks.md); python bench/peers.py [--quick]
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def mlrun(body: str) -> tuple[list[str], str, list[str]]:
 
 TOOLS = [
     Tool("`%%memwatch` (100 ms, live figure)", ["%load_ext torchmem_magic"], magic("%%memwatch"),
-         "yes: a live bqplot figure fed by its sampler thread (README, *What the live figure shows*)",
+         "yes: a live bqplot figure fed by its sampler thread (docs, *What the live figure shows*)",
          group="memwatch"),
     Tool("`%%memwatch --interval 10`", [], magic("%%memwatch --interval 10"), "yes (as above)", group="memwatch"),
     Tool("`%%memwatch -q` (no figure, no report)", [], magic("%%memwatch -q"), "no output at all (-q)",

@@ -1,6 +1,6 @@
-"""Runs the benchmarks and rewrites the table between the bench markers in README.md.
+"""Runs the benchmarks and rewrites each table between its markers in the docs pages (`PAGES`).
 
-Run: make bench   (figures depend on the machine; the README says which one produced them)
+Run: make bench   (figures depend on the machine; each table says which one produced it)
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ import scan_speed  # noqa: E402
 import torch  # noqa: E402
 import verdicts  # noqa: E402
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+#: the docs page that holds each table, between `<!-- NAME:start -->` and `<!-- NAME:end -->`
+PAGES = {
+    "bench": DOCS / "benchmarks.md",
+    "holders": DOCS / "leak-finder.md",
+    "verdicts": DOCS / "verdicts.md",
+    "ranks": DOCS / "benchmarks.md",
+    "peers": DOCS / "benchmarks.md",
+}
 
 
 def machine_speed() -> str:
@@ -196,12 +204,22 @@ def render_ranks() -> str:
     return "\n".join(lines)
 
 
-def replace_section(text: str, name: str, body: str) -> str:
+def replace_section(text: str, name: str, body: str, where: str = "the page") -> str:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no {start} ... {end} section")
+        raise SystemExit(f"{where} has no {start} ... {end} section")
     return pattern.sub(lambda _: f"{start}\n{body}\n{end}", text)
+
+
+def write_tables(tables: dict[str, str]) -> None:
+    """Each table into its page (`PAGES`), between its markers; a page is written once, after all its tables."""
+    for page in dict.fromkeys(PAGES[name] for name in tables):
+        text = page.read_text()
+        for name, body in tables.items():
+            if PAGES[name] == page:
+                text = replace_section(text, name, body, where=str(page.relative_to(DOCS.parent)))
+        page.write_text(text)
 
 
 def main() -> None:
@@ -213,11 +231,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown table(s) {sorted(unknown)}; known: {', '.join(makers)}")
     tables = {name: makers[name]() for name in wanted}
-    text = README.read_text()
-    for name, body in tables.items():
-        text = replace_section(text, name, body)
+    for body in tables.values():
         print(body)
-    README.write_text(text)
+    write_tables(tables)
 
 
 if __name__ == "__main__":

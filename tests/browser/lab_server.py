@@ -26,6 +26,19 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+# the screenshots the README and the docs show; `make screenshots` (TORCHMEM_UPDATE_SCREENSHOTS=1) rewrites them
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+UPDATE_SCREENSHOTS = os.environ.get("TORCHMEM_UPDATE_SCREENSHOTS") == "1"
+
+
+def screenshot_path(name: str, docs_image: str | None = None) -> Path:
+    """Where a screenshot goes: tests/browser/artifacts/NAME, or docs/images/DOCS_IMAGE for a picture the docs
+    show when TORCHMEM_UPDATE_SCREENSHOTS=1."""
+    if docs_image and UPDATE_SCREENSHOTS:
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        return DOCS_IMAGES / docs_image
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS / name
 
 
 def require_browser() -> None:
@@ -38,8 +51,8 @@ def require_browser() -> None:
         missing.append("playwright (pip install playwright)")
     if missing:
         message = "browser test needs " + ", ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI installs them: a skip there would hide a broken setup
+        if os.environ.get("CI") or UPDATE_SCREENSHOTS:
+            pytest.fail(message)  # CI installs them: a skip there would hide a broken setup (or stale screenshots)
         pytest.skip(message)
 
 

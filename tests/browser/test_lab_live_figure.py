@@ -8,7 +8,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from lab_server import ARTIFACTS, Lab
+from lab_server import ARTIFACTS, Lab, screenshot_path
 from nbformat.v4 import new_code_cell, new_notebook
 
 pytestmark = pytest.mark.browser
@@ -81,6 +81,10 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     status = page.inner_text(".jp-Notebook .widget-html")
     assert "steps/s" in status and "heap" in status
     assert "growing: kept +2.0 MiB/step, tensors" in status.replace("\xa0", " ")  # the holder, named while it runs
+    # the docs' picture of the live figure: this cell, a few seconds in, its curves climbing and `kept` named
+    training_cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
+    training_cell.scroll_into_view_if_needed()
+    training_cell.screenshot(path=str(screenshot_path("live_cell.png", "live_figure.png")))
 
     # a click while the cell is busy acts at the next optimizer step (JupyterLab routes it to a subshell)
     page.click(".jp-Notebook button:has-text('gc + empty_cache')")
@@ -100,7 +104,7 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     assert "48" in page.inner_text(".jp-Notebook .jp-OutputArea-executeResult")
     page.screenshot(path=str(ARTIFACTS / "live_done.png"), full_page=True)
     page.locator(".torchmem-report").scroll_into_view_if_needed()
-    page.locator(".torchmem-report").screenshot(path=str(ARTIFACTS / "report.png"))
+    page.locator(".torchmem-report").screenshot(path=str(screenshot_path("report.png", "report.png")))
 
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "01_memwatch_quickstart.ipynb"
