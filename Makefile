@@ -3,6 +3,8 @@
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
 #   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls);
 #               the kernel tests marked both_kernels run in ipykernel 7 and in ipykernel 6 (see ipykernel6)
+#   make notebooks  set up, then write every teaching notebook notebooks/NN_*.ipynb from its source, the
+#               jupytext percent-format script notebooks/NN_*.py next to it (no outputs: edit the .py, not the .ipynb)
 #   make bench  set up (with the peers the benchmark compares against, the `bench` extra), then run the
 #               benchmarks and rewrite their tables in README.md
 PYTHON ?= python3
@@ -21,7 +23,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup ipykernel6 browser-deps lab demo test bench clean
+.PHONY: setup ipykernel6 browser-deps lab demo notebooks test bench clean
 
 setup: $(STAMP)
 
@@ -47,6 +49,9 @@ lab: setup
 
 demo: setup
 	$(BIN)/python examples/leak_demo.py
+
+notebooks: setup
+	$(BIN)/python tools/build_notebooks.py
 
 browser-deps:
 	tools/ensure_chromium.sh
