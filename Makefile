@@ -5,6 +5,8 @@
 #               the kernel tests marked both_kernels run in ipykernel 7 and in ipykernel 6 (see ipykernel6)
 #   make docs   set up, then build the documentation (docs/, mkdocs.yml) offline into site/; strict: a broken
 #               link or anchor fails it
+#   make notebooks  set up, then write every teaching notebook notebooks/NN_*.ipynb from its source, the
+#               jupytext percent-format script notebooks/NN_*.py next to it (no outputs: edit the .py, not the .ipynb)
 #   make bench  set up (with the peers the benchmark compares against, the `bench` extra), then run the
 #               benchmarks and rewrite their tables in the docs pages (docs/benchmarks.md, docs/verdicts.md,
 #               docs/leak-finder.md)
@@ -26,7 +28,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup ipykernel6 browser-deps lab demo test docs screenshots bench clean
+.PHONY: setup ipykernel6 browser-deps lab demo notebooks test docs screenshots bench clean
 
 setup: $(STAMP)
 
@@ -54,6 +56,9 @@ lab: setup
 
 demo: setup
 	$(BIN)/python examples/leak_demo.py
+
+notebooks: setup
+	$(BIN)/python tools/build_notebooks.py
 
 browser-deps:
 	tools/ensure_chromium.sh

@@ -1,4 +1,7 @@
-"""The teaching notebooks run top to bottom in a real kernel and teach what they say."""
+"""The teaching notebooks run top to bottom in a real kernel and teach what they say.
+
+They run as committed, from the `.ipynb` a user opens; test_notebook_sources checks that each is exactly what
+its `.py` source makes."""
 
 from __future__ import annotations
 
@@ -23,11 +26,15 @@ def _text(cell: dict) -> str:
     return "".join(out)
 
 
-@pytest.fixture(scope="module")
-def quickstart() -> nbformat.NotebookNode:
-    nb = nbformat.read(NOTEBOOKS / "01_memwatch_quickstart.ipynb", as_version=4)
+def _execute(name: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     return nb
+
+
+@pytest.fixture(scope="module")
+def quickstart() -> nbformat.NotebookNode:
+    return _execute("01_memwatch_quickstart.ipynb")
 
 
 def test_quickstart_runs_and_shows_live_figures(quickstart: nbformat.NotebookNode) -> None:
@@ -51,8 +58,7 @@ def test_quickstart_shows_the_leak_against_the_clean_loop(quickstart: nbformat.N
 
 
 def test_classic_leaks_notebook_names_each_holder_and_its_fix() -> None:
-    nb = nbformat.read(NOTEBOOKS / "02_classic_leaks.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    nb = _execute("02_classic_leaks.ipynb")
     text = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
     assert "history.append(loss.item())  # was: history.append(loss)" in text
     assert "total_loss += loss.item()  # was: total_loss += loss" in text
@@ -64,8 +70,7 @@ def test_classic_leaks_notebook_names_each_holder_and_its_fix() -> None:
 
 
 def test_rank_that_leaks_notebook_names_rank_1_and_its_holder_then_all_ranks_clean() -> None:
-    nb = nbformat.read(NOTEBOOKS / "03_the_rank_that_leaks.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    nb = _execute("03_the_rank_that_leaks.ipynb")
     leaky_run, fixed_run = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%memwatch")]
     leaky = _text(leaky_run)
     assert "verdict: leak (worst rank: 1)" in leaky, leaky
@@ -81,12 +86,6 @@ def test_rank_that_leaks_notebook_names_rank_1_and_its_holder_then_all_ranks_cle
     fixed = _text(fixed_run)
     assert "→ ranks 0, 1: clean" in fixed and "verdict: clean" in fixed, fixed
     assert "verdicts: {0: 'clean', 1: 'clean'}" in _text(nb.cells[-1])
-
-
-def _execute(name: str) -> nbformat.NotebookNode:
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    return nb
 
 
 def _code(nb: nbformat.NotebookNode, starts: str) -> list[nbformat.NotebookNode]:
