@@ -52,7 +52,7 @@ def test_the_sdist_builds_the_same_wheel_as_the_tree(built: Built) -> None:
     assert _members(built.wheel) == _members(built.tree_wheel)
     with tarfile.open(built.sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    assert {"pyproject.toml", "README.md", "LICENSE", "torchmem_magic/ranks/bootstrap/sitecustomize.py"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "torchmem_magic/ranks/bootstrap/sitecustomize.py"} <= names
 
 
 def test_the_metadata_passes_the_index_checks(built: Built) -> None:
