@@ -2,7 +2,8 @@
 #   make lab    set up, then open the teaching notebook in JupyterLab
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
 #   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls);
-#               the kernel tests marked both_kernels run in ipykernel 7 and in ipykernel 6 (see ipykernel6)
+#               the kernel tests marked `floors` run again in a kernel of the floors venv, and the tests of what
+#               leans on the widget libraries, psutil and torch internals run inside it (see floors)
 #   make bench  set up (with the peers the benchmark compares against, the `bench` extra), then run the
 #               benchmarks and rewrite their tables in README.md
 PYTHON ?= python3
@@ -11,17 +12,20 @@ BIN := $(VENV)/bin
 # The CPU wheel this project is developed with; a plain `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
-# ipykernel 6 (no kernel subshells) for the kernel tests' matrix: a second venv with the same torch wheel, this
-# checkout (editable) and ipykernel<7, as a user of ipykernel 6 has it (one environment: layering ipykernel 6
-# over this venv through PYTHONPATH made its frames look like user code to the ranks' holder scans)
-IPYKERNEL6 ?= .venv-ipykernel6
-IPYKERNEL6_SPEC ?= ipykernel>=6.29,<7
-IPYKERNEL6_STAMP := $(IPYKERNEL6)/.installed
+# The oldest supported stack: IPython, ipywidgets, bqplot, psutil and ipykernel 6 (no kernel subshells) at the
+# floors pinned in constraints/minimum.txt, with the newer torch build (the other release whose internals the
+# hooks lean on), and this checkout (editable), as a user of those versions has them in one environment
+# (layering them over this venv through PYTHONPATH made their frames look like user code to the ranks' scans)
+FLOORS ?= .venv-floors
+FLOORS_TORCH_SPEC ?= torch==2.14.1
+FLOORS_STAMP := $(FLOORS)/.installed
+# run inside the floors venv: the live figure's widgets, the probes, the hooks on torch's internals
+FLOORS_UNIT_TESTS ?= tests/unit/test_hooks.py tests/unit/test_live.py tests/unit/test_live_ranks.py tests/unit/test_probes.py
 BENCH_STAMP := $(VENV)/.installed-bench
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup ipykernel6 browser-deps lab demo test bench clean
+.PHONY: setup floors browser-deps lab demo test bench clean
 
 setup: $(STAMP)
 
@@ -31,15 +35,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test,lab]" "$(TORCH_SPEC)"
 	touch $@
 
-ipykernel6: $(IPYKERNEL6_STAMP)
+floors: $(FLOORS_STAMP)
 
-$(IPYKERNEL6_STAMP): pyproject.toml
-	rm -rf $(IPYKERNEL6)
-	$(PYTHON) -m venv $(IPYKERNEL6)
-	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check -e . "$(TORCH_SPEC)" "$(IPYKERNEL6_SPEC)"
-	$(IPYKERNEL6)/bin/python -c "import ipykernel; assert ipykernel.__version__.startswith('6.'), ipykernel.__version__; \
-		print('ipykernel', ipykernel.__version__)"
+$(FLOORS_STAMP): pyproject.toml constraints/minimum.txt
+	rm -rf $(FLOORS)
+	$(PYTHON) -m venv $(FLOORS)
+	$(FLOORS)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/minimum.txt \
+		"$(FLOORS_TORCH_SPEC)" -e . ipykernel "pytest>=8"
+	$(FLOORS)/bin/python -m pip check
 	touch $@
 
 lab: setup
@@ -51,9 +54,10 @@ demo: setup
 browser-deps:
 	tools/ensure_chromium.sh
 
-test: setup ipykernel6 browser-deps
+test: setup floors browser-deps
 	$(BIN)/python -m mypy
-	TORCHMEM_REQUIRE_IPYKERNEL6=1 $(BIN)/python -m pytest
+	TORCHMEM_REQUIRE_FLOORS=1 $(BIN)/python -m pytest
+	$(FLOORS)/bin/python -m pytest -p no:cacheprovider $(FLOORS_UNIT_TESTS)
 
 # ipyexperiments requires the `pynvml` package, now a deprecated shim over nvidia-ml-py (installed with it,
 # same module) that warns on every `import pynvml`: torch's and our own NVML imports would then warn, and the
@@ -67,4 +71,4 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(IPYKERNEL6) .pytest_cache
+	rm -rf $(VENV) $(FLOORS) .pytest_cache
