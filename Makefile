@@ -20,7 +20,7 @@ FLOORS ?= .venv-floors
 FLOORS_TORCH_SPEC ?= torch==2.14.1
 FLOORS_STAMP := $(FLOORS)/.installed
 # run inside the floors venv: the live figure's widgets, the probes, the hooks on torch's internals
-FLOORS_UNIT_TESTS ?= tests/unit/test_hooks.py tests/unit/test_live.py tests/unit/test_live_ranks.py tests/unit/test_probes.py
+FLOORS_UNIT_TESTS ?= tests/unit/test_hooks.py tests/unit/test_missing_internals.py tests/unit/test_live.py tests/unit/test_live_ranks.py tests/unit/test_probes.py
 BENCH_STAMP := $(VENV)/.installed-bench
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
