@@ -19,13 +19,22 @@ STAMP := $(VENV)/.installed
 FLOORS ?= .venv-floors
 FLOORS_TORCH_SPEC ?= torch==2.14.1
 FLOORS_STAMP := $(FLOORS)/.installed
-# run inside the floors venv: the live figure's widgets, the probes, the hooks on torch's internals
-FLOORS_UNIT_TESTS ?= tests/unit/test_hooks.py tests/unit/test_missing_internals.py tests/unit/test_live.py tests/unit/test_live_ranks.py tests/unit/test_probes.py
+# run inside the floors venv: the live figure's widgets, the probes, the hooks on torch's internals, and torchrun
+# ranks watched from the command line (torch.distributed.elastic's launcher)
+FLOORS_TESTS ?= tests/unit/test_hooks.py tests/unit/test_missing_internals.py tests/unit/test_live.py \
+	tests/unit/test_live_ranks.py tests/unit/test_probes.py tests/cli/test_watch_ranks.py
+# The pure core (tests/core) on every supported Python: a venv per interpreter with pytest only and the package
+# installed from this checkout without its dependencies (no torch, IPython, psutil, numpy, widgets), the tests run
+# from outside the checkout against that installed copy. This project's 3.11 is the main venv.
+CORE_PYTHONS ?= 3.10 3.12 3.13
+PYENV_ROOT ?= /root/.pyenv
+CORE_VENVS := $(foreach v,$(CORE_PYTHONS),.venv-py$(v))
+CORE_SOURCES := pyproject.toml $(shell find torchmem_magic -name '*.py' -o -name py.typed)
 BENCH_STAMP := $(VENV)/.installed-bench
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors browser-deps lab demo test bench clean
+.PHONY: setup floors core browser-deps lab demo test bench clean
 
 setup: $(STAMP)
 
@@ -45,6 +54,22 @@ $(FLOORS_STAMP): pyproject.toml constraints/minimum.txt
 	$(FLOORS)/bin/python -m pip check
 	touch $@
 
+core: $(foreach v,$(CORE_VENVS),$(v)/.package)
+
+# each interpreter from pyenv where it has one (the newest patch release), else pythonX.Y on PATH
+.venv-py%/.installed:
+	rm -rf .venv-py$*
+	$(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$*.*/bin/python3))),python$*) -m venv .venv-py$*
+	.venv-py$*/bin/python -m pip install --quiet --disable-pip-version-check "pytest>=8"
+	touch $@
+
+# reinstalled (a wheel built from the checkout, a few seconds) whenever the package's files change
+.venv-py%/.package: .venv-py%/.installed $(CORE_SOURCES)
+	.venv-py$*/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall .
+	touch $@
+
+.PRECIOUS: .venv-py%/.installed .venv-py%/.package
+
 lab: setup
 	$(BIN)/jupyter lab $(LAB_ARGS) notebooks/01_memwatch_quickstart.ipynb
 
@@ -54,10 +79,13 @@ demo: setup
 browser-deps:
 	tools/ensure_chromium.sh
 
-test: setup floors browser-deps
+test: setup floors core browser-deps
 	$(BIN)/python -m mypy
 	TORCHMEM_REQUIRE_FLOORS=1 $(BIN)/python -m pytest
-	$(FLOORS)/bin/python -m pytest -p no:cacheprovider $(FLOORS_UNIT_TESTS)
+	$(FLOORS)/bin/python -m pytest -p no:cacheprovider $(FLOORS_TESTS)
+	set -e; outside=$$(mktemp -d); for venv in $(CORE_VENVS); do \
+		(cd $$outside && TORCHMEM_CORE_INSTALLED=1 $(CURDIR)/$$venv/bin/python -m pytest -q -p no:cacheprovider $(CURDIR)/tests/core); \
+	done; rm -rf $$outside
 
 # ipyexperiments requires the `pynvml` package, now a deprecated shim over nvidia-ml-py (installed with it,
 # same module) that warns on every `import pynvml`: torch's and our own NVML imports would then warn, and the
@@ -71,4 +99,4 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(FLOORS) .pytest_cache
+	rm -rf $(VENV) $(FLOORS) $(CORE_VENVS) .pytest_cache
