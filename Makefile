@@ -2,12 +2,13 @@
 #   make lab    set up, then open the teaching notebook in JupyterLab
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
 #   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls);
-#               the kernel tests marked both_kernels run in ipykernel 7 and in ipykernel 6 (see ipykernel6)
+#               the kernel tests marked `floors` run again in a kernel of the floors venv, and the tests of what
+#               leans on the widget libraries, psutil and torch internals run inside it (see floors)
 #   make docs   set up, then build the documentation (docs/, mkdocs.yml) offline into site/; strict: a broken
 #               link or anchor fails it
 #   make notebooks  set up, then write every teaching notebook notebooks/NN_*.ipynb from its source, the
 #               jupytext percent-format script notebooks/NN_*.py next to it (no outputs: edit the .py, not the .ipynb)
-#   make bench  set up (with the peers the benchmark compares against, the `bench` extra), then run the
+#   make bench  set up (with the peers the benchmark compares against, the `bench` group), then run the
 #               benchmarks and rewrite their tables in the docs pages (docs/benchmarks.md, docs/verdicts.md,
 #               docs/leak-finder.md)
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
@@ -17,18 +18,30 @@ BIN := $(VENV)/bin
 # The CPU wheel this project is developed with; a plain `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
-# ipykernel 6 (no kernel subshells) for the kernel tests' matrix: a second venv with the same torch wheel, this
-# checkout (editable) and ipykernel<7, as a user of ipykernel 6 has it (one environment: layering ipykernel 6
-# over this venv through PYTHONPATH made its frames look like user code to the ranks' holder scans)
-IPYKERNEL6 ?= .venv-ipykernel6
-IPYKERNEL6_SPEC ?= ipykernel>=6.29,<7
-IPYKERNEL6_STAMP := $(IPYKERNEL6)/.installed
+# The oldest supported stack: IPython, ipywidgets, bqplot, psutil and ipykernel 6 (no kernel subshells) at the
+# floors pinned in constraints/minimum.txt, with the newer torch build (the other release whose internals the
+# hooks lean on), and this checkout (editable), as a user of those versions has them in one environment
+# (layering them over this venv through PYTHONPATH made their frames look like user code to the ranks' scans)
+FLOORS ?= .venv-floors
+FLOORS_TORCH_SPEC ?= torch==2.14.1
+FLOORS_STAMP := $(FLOORS)/.installed
+# run inside the floors venv: the live figure's widgets, the probes, the hooks on torch's internals, and torchrun
+# ranks watched from the command line (torch.distributed.elastic's launcher)
+FLOORS_TESTS ?= tests/unit/test_hooks.py tests/unit/test_missing_internals.py tests/unit/test_live.py \
+	tests/unit/test_live_ranks.py tests/unit/test_probes.py tests/cli/test_watch_ranks.py
+# The pure core (tests/core) on every supported Python: a venv per interpreter with pytest only and the package
+# installed from this checkout without its dependencies (no torch, IPython, psutil, numpy, widgets), the tests run
+# from outside the checkout against that installed copy. This project's 3.11 is the main venv.
+CORE_PYTHONS ?= 3.10 3.12 3.13
+PYENV_ROOT ?= /root/.pyenv
+CORE_VENVS := $(foreach v,$(CORE_PYTHONS),.venv-py$(v))
+CORE_SOURCES := pyproject.toml $(shell find torchmem_magic -name '*.py' -o -name py.typed)
 BENCH_STAMP := $(VENV)/.installed-bench
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup ipykernel6 browser-deps lab demo notebooks test docs screenshots bench clean
+.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench clean
 
 setup: $(STAMP)
 
@@ -40,16 +53,31 @@ $(STAMP): pyproject.toml
 	$(PIP) -e ".[lab]" --group test --group docs "$(TORCH_SPEC)"
 	touch $@
 
-ipykernel6: $(IPYKERNEL6_STAMP)
+floors: $(FLOORS_STAMP)
 
-$(IPYKERNEL6_STAMP): pyproject.toml
-	rm -rf $(IPYKERNEL6)
-	$(PYTHON) -m venv $(IPYKERNEL6)
-	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(IPYKERNEL6)/bin/python -m pip install --quiet --disable-pip-version-check -e . "$(TORCH_SPEC)" "$(IPYKERNEL6_SPEC)"
-	$(IPYKERNEL6)/bin/python -c "import ipykernel; assert ipykernel.__version__.startswith('6.'), ipykernel.__version__; \
-		print('ipykernel', ipykernel.__version__)"
+$(FLOORS_STAMP): pyproject.toml constraints/minimum.txt
+	rm -rf $(FLOORS)
+	$(PYTHON) -m venv $(FLOORS)
+	$(FLOORS)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/minimum.txt \
+		"$(FLOORS_TORCH_SPEC)" -e . ipykernel "pytest>=8"
+	$(FLOORS)/bin/python -m pip check
 	touch $@
+
+core: $(foreach v,$(CORE_VENVS),$(v)/.package)
+
+# each interpreter from pyenv where it has one (the newest patch release), else pythonX.Y on PATH
+.venv-py%/.installed:
+	rm -rf .venv-py$*
+	$(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$*.*/bin/python3))),python$*) -m venv .venv-py$*
+	.venv-py$*/bin/python -m pip install --quiet --disable-pip-version-check "pytest>=8"
+	touch $@
+
+# reinstalled (a wheel built from the checkout, a few seconds) whenever the package's files change
+.venv-py%/.package: .venv-py%/.installed $(CORE_SOURCES)
+	.venv-py$*/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall .
+	touch $@
+
+.PRECIOUS: .venv-py%/.installed .venv-py%/.package
 
 lab: setup
 	$(BIN)/jupyter lab $(LAB_ARGS) notebooks/01_memwatch_quickstart.ipynb
@@ -63,9 +91,13 @@ notebooks: setup
 browser-deps:
 	tools/ensure_chromium.sh
 
-test: setup ipykernel6 browser-deps
+test: setup floors core browser-deps
 	$(BIN)/python -m mypy
-	TORCHMEM_REQUIRE_IPYKERNEL6=1 $(BIN)/python -m pytest
+	TORCHMEM_REQUIRE_FLOORS=1 $(BIN)/python -m pytest
+	$(FLOORS)/bin/python -m pytest -p no:cacheprovider $(FLOORS_TESTS)
+	set -e; outside=$$(mktemp -d); for venv in $(CORE_VENVS); do \
+		(cd $$outside && TORCHMEM_CORE_INSTALLED=1 $(CURDIR)/$$venv/bin/python -m pytest -q -p no:cacheprovider $(CURDIR)/tests/core); \
+	done; rm -rf $$outside
 
 docs: setup
 	$(BIN)/python -m mkdocs build --strict --site-dir site
@@ -87,4 +119,4 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(IPYKERNEL6) .pytest_cache site
+	rm -rf $(VENV) $(FLOORS) $(CORE_VENVS) .pytest_cache site

@@ -77,6 +77,9 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
+#: entry points that train-watch and so need torch (which the package does not install)
+_NEEDS_TORCH = frozenset({"memwatch", "assert_no_leak", "MemwatchSession"})
+
 
 def __getattr__(name: str) -> Any:
     """Load a public name's module on first use, so `import torchmem_magic` (and any of its pure
@@ -84,6 +87,11 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _NEEDS_TORCH:
+        from .needs import torch_installed, torch_missing
+
+        if not torch_installed():  # a stand-in that says so when called (not kept: torch may come later)
+            return torch_missing(name)
     value = getattr(importlib.import_module(f".{home}", __name__), name)
     globals()[name] = value
     return value
@@ -93,7 +101,15 @@ _crash_announced = False
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext torchmem_magic`: register the magics (loading twice is harmless)."""
+    """`%load_ext torchmem_magic`: register the magics (loading twice is harmless). Without torch
+    installed: one line saying so, and no magics."""
+    from .needs import INSTALL_TORCH, torch_installed
+
+    if not torch_installed():
+        import sys
+
+        print(f"{INSTALL_TORCH}, then %reload_ext torchmem_magic", file=sys.stderr)
+        return
     from .magics import MemwatchMagics, show_last_crash
 
     ipython.register_magics(MemwatchMagics)

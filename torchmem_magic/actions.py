@@ -49,8 +49,8 @@ def _heap_freed(action: Any) -> int:
 def release_output_cache(shell: Any | None = None) -> int:
     """Clear IPython's output cache completely and return the heap bytes freed.
 
-    Like `%reset -f out`, plus what that leaves behind: the hidden `_`/`__`/`___` copies in
-    `user_ns_hidden`, the displayhook's own references and the last execution result.
+    Like `%reset -f out`, plus what that leaves behind: the hidden `_`/`__`/`___` (and, in some IPython
+    versions, `_N`) copies in `user_ns_hidden`, the displayhook's own references and the last execution result.
     User variables are never touched.
     """
     shell = _shell(shell)
@@ -60,8 +60,9 @@ def release_output_cache(shell: Any | None = None) -> int:
         displayhook = shell.displayhook
         if getattr(displayhook, "do_full_cache", False):
             displayhook.flush()
-        for name in [n for n in list(ns) if is_numbered_output(n)]:
-            del ns[name]
+        for names in (ns, hidden):  # some IPython versions (8.0) also keep a hidden copy of each `_N`
+            for name in [n for n in list(names) if is_numbered_output(n)]:
+                del names[name]
         for name in ("_", "__", "___"):
             if name in hidden:
                 if ns.get(name) is hidden[name]:

@@ -20,12 +20,17 @@ rank and `adopt` the hooks), never counted as the watcher's own.
 
 `TrainingHooks` always removes what it installed. Callbacks run inside the user's loop, so their
 exceptions are counted, never raised into it, except a DataLoader worker's death (the user's error).
+
+Each hook leans on one torch internal that a torch release may rename or drop. One that is missing
+costs only what it counts: `install()` notes it in `missing`, says so on stderr in one line (once per
+process for each internal), and installs the rest; every other clock and every curve keeps working.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -47,6 +52,34 @@ class LoaderPass:
     loader: int  # the loader's number in this run (1, 2, ...): train and validation loaders differ
     workers: list[tuple[int, Any]]  # (pid, multiprocessing.Process) of its worker processes
     batches: int | None  # batches in the pass (None for iterable datasets without a length)
+
+
+@dataclass(frozen=True)
+class MissingInternal:
+    """A torch internal a hook needs that this torch does not have, and what goes uncounted without it."""
+
+    name: str  # e.g. "torch.autograd._engine_run_backward"
+    uncounted: str  # e.g. "backward passes"
+
+
+_announced: set[str] = set()  # the internals already said missing in this process
+
+
+def announce_missing(missing: list[MissingInternal]) -> None:
+    """One stderr line naming the internals not seen before in this process and what they cost."""
+    new = [m for m in missing if m.name not in _announced]
+    if not new:
+        return
+    _announced.update(m.name for m in new)
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", "?")
+    names = ", ".join(m.name for m in new)
+    uncounted = ", ".join(dict.fromkeys(m.uncounted for m in new))
+    print(
+        f"torchmem_magic: this torch ({version}) has no {names}: {uncounted} are not counted; "
+        "the other step clocks and every memory curve still work",
+        file=sys.stderr,
+    )
 
 
 def _length(iterator: Any) -> int | None:
@@ -112,6 +145,7 @@ class TrainingHooks:
         self.current_loader: int | None = None  # the loader whose iterator gave the last batch
         self.active = False
         self.errors = ErrorCount("step/epoch hooks")
+        self.missing: list[MissingInternal] = []  # what this torch lacks, found by install()
 
     def absorb_error(self, exc: Exception) -> None:
         """Count a failure of our own callback, so it never breaks the user's loop. Except a worker
@@ -155,32 +189,70 @@ class TrainingHooks:
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
-        import torch
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-        from torch.utils.data import DataLoader
-        from torch.utils.data.dataloader import _BaseDataLoaderIter
-
+        """Install every hook this torch allows; the missing ones are noted in `missing` and said once."""
         if self.active:
             raise RuntimeError("hooks are already installed")
         self.active = True
         self.pid = os.getpid()
+        self.missing = []
         try:
-            self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
-            self._patches.append(_Patch(torch.autograd, "_engine_run_backward", self._wrap_backward))
-            self._patches.append(_Patch(DataLoader, "__iter__", self._wrap_iter))
-            self._patches.append(_Patch(_BaseDataLoaderIter, "__next__", self._wrap_next))
-            self._install_forward_hooks()
+            self._hook_or_note(
+                "torch.optim.optimizer.register_optimizer_step_post_hook", "optimizer steps", self._install_optimizer_hook
+            )
+            self._hook_or_note(
+                "torch.autograd._engine_run_backward", "backward passes",
+                lambda: self._patch("torch.autograd", "_engine_run_backward", self._wrap_backward),
+            )
+            self._hook_or_note(
+                "torch.utils.data.DataLoader.__iter__", "DataLoader passes (epochs) and workers",
+                lambda: self._patch("torch.utils.data", "DataLoader", self._wrap_iter, attr="__iter__"),
+            )
+            self._hook_or_note(
+                "torch.utils.data.dataloader._BaseDataLoaderIter.__next__", "DataLoader batches",
+                lambda: self._patch("torch.utils.data.dataloader", "_BaseDataLoaderIter", self._wrap_next, attr="__next__"),
+            )
+            self._hook_or_note(
+                "torch.nn.modules.module.register_module_forward_hook(always_call=)", "forward calls",
+                self._install_forward_hooks,
+            )
         except BaseException:
             self.remove()
             raise
+        announce_missing(self.missing)
+
+    def _hook_or_note(self, name: str, uncounted: str, install: Callable[[], None]) -> None:
+        """Run one hook's install; a torch without the internal it needs is noted, not an error."""
+        try:
+            install()
+        except (ImportError, AttributeError, KeyError, TypeError, NameError):
+            self.missing.append(MissingInternal(name, uncounted))
+
+    def _install_optimizer_hook(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
+
+    def _patch(
+        self, module: str, name: str, make_wrapper: Callable[[Any], Callable[..., Any]], attr: str | None = None
+    ) -> None:
+        """Wrap `module.name` (or the class `module.name`'s own `attr`)."""
+        import importlib
+
+        owner = importlib.import_module(module)
+        if attr is not None:
+            owner, name = getattr(owner, name), attr
+        self._patches.append(_Patch(owner, name, make_wrapper))
 
     def _install_forward_hooks(self) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        self._forward_handles = [
-            register_module_forward_pre_hook(self._before_forward),
-            register_module_forward_hook(self._after_forward, always_call=True),
-        ]
+        pre = register_module_forward_pre_hook(self._before_forward)
+        try:
+            after = register_module_forward_hook(self._after_forward, always_call=True)
+        except BaseException:
+            pre.remove()
+            raise
+        self._forward_handles = [pre, after]
 
     def _remove_forward_hooks(self) -> None:
         for handle in self._forward_handles:
@@ -270,22 +342,24 @@ class TrainingHooks:
 
 
 def installed_hook_count() -> int:
-    """How many torchmem_magic hooks/patches are live in torch now (tests pin this to 0)."""
+    """How many torchmem_magic hooks/patches are live in torch now (tests pin this to 0); a table or
+    class this torch lacks holds none."""
     import torch
     from torch.nn.modules import module
-    from torch.optim.optimizer import _global_optimizer_post_hooks
-    from torch.utils.data import DataLoader
-    from torch.utils.data.dataloader import _BaseDataLoaderIter
+    from torch.optim import optimizer
+    from torch.utils.data import dataloader
 
-    hooks = [
-        *_global_optimizer_post_hooks.values(),
-        *module._global_forward_pre_hooks.values(),
-        *module._global_forward_hooks.values(),
-    ]
-    ours = sum(1 for hook in hooks if getattr(hook, "__self__", None).__class__ is TrainingHooks)
-    patched = (
-        torch.autograd.__dict__["_engine_run_backward"],
-        DataLoader.__dict__["__iter__"],
-        _BaseDataLoaderIter.__dict__["__next__"],
+    tables = (
+        getattr(optimizer, "_global_optimizer_post_hooks", None),
+        getattr(module, "_global_forward_pre_hooks", None),
+        getattr(module, "_global_forward_hooks", None),
     )
+    hooks = [hook for table in tables if isinstance(table, dict) for hook in table.values()]
+    ours = sum(1 for hook in hooks if getattr(hook, "__self__", None).__class__ is TrainingHooks)
+    owners = (
+        (torch.autograd, "_engine_run_backward"),
+        (getattr(dataloader, "DataLoader", None), "__iter__"),
+        (getattr(dataloader, "_BaseDataLoaderIter", None), "__next__"),
+    )
+    patched = [getattr(owner, "__dict__", {}).get(name) for owner, name in owners]
     return ours + sum(1 for fn in patched if getattr(fn, WRAPPER_MARK, False))

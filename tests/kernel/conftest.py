@@ -5,38 +5,58 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_client import FLAVOURS, IPYKERNEL6, REPO, SETUP, Kernel
+from kernel_client import FLAVOURS, FLOORS, REPO, SETUP, Kernel
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "both_kernels: run in ipykernel 7 and in ipykernel 6 (the kernel-command matrix)"
+        "markers",
+        "floors: run in a kernel of the newest stack and again in one of the floors venv (oldest supported "
+        "IPython, ipykernel 6, widgets; the newer torch)",
     )
 
 
+def pinned_floors() -> dict[str, str]:
+    """name -> version pinned in constraints/minimum.txt (what the floors venv was built with)."""
+    pins = {}
+    for line in (REPO / "constraints" / "minimum.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests marked `both_kernels` run once per kernel flavour; the rest in ipykernel 7 only."""
-    if "kernel_flavour" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_kernels"):
+    """Tests marked `floors` run once per kernel flavour; the rest in the newest stack only."""
+    if "kernel_flavour" in metafunc.fixturenames and metafunc.definition.get_closest_marker("floors"):
         metafunc.parametrize("kernel_flavour", FLAVOURS, scope="module")
 
 
 @pytest.fixture(scope="module")
 def kernel_flavour() -> str:
-    return "ipykernel7"
+    return "newest"
 
 
 def start_kernel(flavour: str) -> Kernel:
-    if flavour == "ipykernel6" and not (IPYKERNEL6 / ".installed").is_file():
-        message = f"no ipykernel 6 in {IPYKERNEL6} (`make test` installs it)"
-        if os.environ.get("TORCHMEM_REQUIRE_IPYKERNEL6") or os.environ.get("CI"):
+    if flavour == "floors" and not (FLOORS / ".installed").is_file():
+        message = f"no floors venv in {FLOORS} (`make test` installs it)"
+        if os.environ.get("TORCHMEM_REQUIRE_FLOORS") or os.environ.get("CI"):
             pytest.fail(message)  # make test and CI install it: a skip there would hide a broken setup
         pytest.skip(message)
     k = Kernel(flavour)
     try:
         k.ok(SETUP)
         # the matrix is only worth something if each kernel is what it says and runs this checkout's code
-        major = k.ipykernel_version.split(".")[0]
-        assert major == flavour.removeprefix("ipykernel"), (flavour, k.ipykernel_version)
+        if flavour == "floors":
+            pins = pinned_floors()
+            versions = k.value(
+                "{n: __import__('importlib.metadata').metadata.version(n) for n in " + repr(sorted(pins)) + "}",
+                store_history=False,
+            )
+            assert versions == pins, (flavour, versions)
+        else:
+            assert int(k.ipykernel_version.split(".")[0]) >= 7, (flavour, k.ipykernel_version)
         module = Path(k.value("torchmem_magic.__file__", store_history=False)).resolve()
         assert module.is_relative_to(REPO.resolve()), module
     except BaseException:

@@ -54,23 +54,26 @@ class Execution:
 
 
 REPO = Path(__file__).resolve().parents[2]
-# ipykernel 6 (no subshells) in a venv of its own beside the project's: `make test` creates it with the same
-# torch wheel, this checkout installed editable, and ipykernel<7 (one environment, as a user of ipykernel 6 has)
-IPYKERNEL6 = REPO / ".venv-ipykernel6"
-FLAVOURS = ("ipykernel7", "ipykernel6")
+# the oldest supported stack in a venv of its own beside the project's: `make test` creates it from
+# constraints/minimum.txt (the declared floors of IPython, ipywidgets, bqplot, psutil, and ipykernel 6 at its
+# floor: no subshells) with the newer torch build and this checkout installed editable (one environment, as a
+# user of those versions has it)
+FLOORS = REPO / ".venv-floors"
+#: "newest": this interpreter (the project's venv: newest IPython & co.); "floors": the venv above
+FLAVOURS = ("newest", "floors")
 
 
 def kernel_python(flavour: str) -> str:
     """The interpreter a kernel of this flavour runs in."""
-    if flavour == "ipykernel7":
+    if flavour == "newest":
         return sys.executable  # the project's venv, whatever kernelspecs the machine has
-    if flavour == "ipykernel6":
-        return str(IPYKERNEL6 / "bin" / "python")
+    if flavour == "floors":
+        return str(FLOORS / "bin" / "python")
     raise ValueError(flavour)
 
 
 class Kernel:
-    def __init__(self, flavour: str = "ipykernel7", python: str | None = None, cwd: str | None = None) -> None:
+    def __init__(self, flavour: str = "newest", python: str | None = None, cwd: str | None = None) -> None:
         """A kernel of `flavour`, or one run by the interpreter `python` (another environment), in `cwd`."""
         self.flavour = flavour
         # a kernelspec of our own names the interpreter (jupyter_client 8 ignores KernelManager.kernel_cmd)

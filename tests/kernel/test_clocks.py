@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kernel_client import Kernel
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.floors]
 
 MODEL = "model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))\n"
 KEYS = ("clock", "steps", "optimizer_steps", "epochs", "verdict", "leak_kind", "resource", "advice", "schema")

@@ -59,7 +59,7 @@ def _memwatch_cell(k: Kernel, body: str) -> tuple[Execution, dict[str, str]]:
     return execution, _widget_ids(execution.iopub)
 
 
-@pytest.mark.both_kernels
+@pytest.mark.floors
 def test_gc_button_frees_a_dropped_cycle_and_says_how_much(k: Kernel) -> None:
     # the collector's automatic runs are paused, or the kernel's own allocations between cells (more of
     # them on ipykernel 6) may collect the young cycle before the click does
@@ -81,7 +81,7 @@ def test_gc_button_frees_a_dropped_cycle_and_says_how_much(k: Kernel) -> None:
         k.ok("gc.enable()")
 
 
-@pytest.mark.both_kernels
+@pytest.mark.floors
 def test_release_button_frees_output_cache_and_traceback(k: Kernel) -> None:
     k.ok("shown = torch.ones(50 << 20, dtype=torch.uint8)")
     k.ok("shown")
@@ -95,7 +95,7 @@ def test_release_button_frees_output_cache_and_traceback(k: Kernel) -> None:
 
 
 def test_mid_run_click_acts_at_a_step_and_stop_ends_the_loop(k: Kernel) -> None:
-    # ipykernel 7 only (the default flavour): a subshell is what lets a click run while the cell is busy
+    # ipykernel 7 only (the newest stack): a subshell is what lets a click run while the cell is busy
     subshell = k.create_subshell()
     msg_id = k.kc.execute(
         "%%memwatch --interval 50\n"
@@ -128,7 +128,7 @@ def test_mid_run_click_acts_at_a_step_and_stop_ends_the_loop(k: Kernel) -> None:
     assert step_at_click <= report["steps"] <= step_at_click + 40, (step_at_click, report["steps"])
 
 
-@pytest.mark.both_kernels
+@pytest.mark.floors
 def test_sharing_strategy_toggle_and_dataloaders_under_each(k: Kernel) -> None:
     _, ids = _memwatch_cell(k, "x = 1\n")
     loader = (
@@ -156,7 +156,7 @@ def _notes(messages: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-@pytest.mark.both_kernels
+@pytest.mark.floors
 def test_without_a_subshell_clicks_act_when_the_cell_ends_and_the_ui_says_which(k: Kernel) -> None:
     """ipykernel 6 has no subshells: a click waits in the shell queue until the cell ends (so does one that a
     front end sends to the main shell of ipykernel 7). The note under the buttons tells the user which it is."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kernel_client import Kernel
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.floors]
 
 TRAIN_WITH_TWO_WORKERS = (
     "import os, signal, time\n"

@@ -130,7 +130,7 @@ def test_a_default_argument_list_that_caches_detached_losses_is_named_with_its_f
     k.ok("del log")
 
 
-@pytest.mark.both_kernels
+@pytest.mark.floors
 def test_output_cache_holder_found_and_its_fix_frees_it(fresh_kernel: Kernel) -> None:
     k = fresh_kernel
     k.ok(HELPERS)
@@ -145,7 +145,7 @@ def test_output_cache_holder_found_and_its_fix_frees_it(fresh_kernel: Kernel) ->
     assert freed >= 45 << 20
 
 
-@pytest.mark.both_kernels
+@pytest.mark.floors
 def test_traceback_holder_found_and_its_fix_frees_it(fresh_kernel: Kernel) -> None:
     k = fresh_kernel
     k.ok(HELPERS)

@@ -8,7 +8,7 @@ from kernel_client import Execution, Kernel
 
 from torchmem_magic.render.static import embedded_figure
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.floors]
 
 LOOP = """\
 model = torch.nn.Linear(64, 64)

@@ -102,7 +102,7 @@ def test_the_leaking_rank_is_named_with_its_holder_and_the_others_are_clean(k: K
     assert _leftovers(k) == []
 
 
-@pytest.mark.both_kernels
+@pytest.mark.floors
 def test_a_rank_killed_mid_run_is_named_with_its_last_readings(k: Kernel) -> None:
     report = _run(k, 2, free_port(), kill_at=80)
     assert report["status"] == "error"  # the launcher raised ProcessExitedException into the cell

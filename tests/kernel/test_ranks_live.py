@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kernel_client import Execution, Kernel, free_port
 
-pytestmark = [pytest.mark.kernel, pytest.mark.both_kernels]
+pytestmark = [pytest.mark.kernel, pytest.mark.floors]
 
 TRAIN = '''
 import os, time, torch, torch.distributed as dist, torch.multiprocessing as mp

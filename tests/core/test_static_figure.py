@@ -118,7 +118,7 @@ def test_sparklines() -> None:
     assert [line.split()[0] for line in lines] == ["RAM", "heap"]
     assert lines[1].split()[1].startswith("▁") and lines[1].split()[1].endswith("█")
     assert "100.0 MiB → " in lines[1] and "\n" not in "".join(lines)
-    from IPython.lib.pretty import pretty
+    pretty = pytest.importorskip("IPython.lib.pretty").pretty  # the core runs without IPython too
 
     text = pretty(_report(200))
     assert text.splitlines()[1].strip().startswith("RAM") and "heap  " in text

@@ -7,7 +7,7 @@ this module, one file per case, and are compared whole.
 
 After an intended change to what a renderer prints, rewrite the files and review their diff:
 
-    TORCHMEM_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render_golden.py
+    TORCHMEM_UPDATE_GOLDEN=1 python -m pytest tests/core/test_render_golden.py
 
 In that mode each test writes its file and is reported as skipped, since it checked nothing.
 """
@@ -236,7 +236,7 @@ def test_status_line(name: str) -> None:
 
 @pytest.mark.parametrize("build", [full_report, full_memcheck], ids=["report", "memcheck"])
 def test_repr_is_one_line_and_ipython_pretty_prints_the_text_form(build: Callable[[], Report | MemcheckResult]) -> None:
-    from IPython.lib.pretty import pretty
+    pretty = pytest.importorskip("IPython.lib.pretty").pretty  # the core runs without IPython too
 
     result = build()
     assert pretty(result) == str(result)  # no timeline: no sparklines
