@@ -59,7 +59,7 @@ def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     try:
         import notebook
     except ImportError:
-        pytest.fail("the classic Notebook 7 (`notebook`, in the test extra) is not installed")
+        pytest.fail("the classic Notebook 7 (`notebook`, in the test dependency group) is not installed")
     assert int(notebook.__version__.split(".")[0]) >= 7, notebook.__version__
     with running_lab(tmp_path_factory.mktemp("notebook7"), app="notebook") as server:
         yield server
