@@ -78,3 +78,25 @@ def test_the_version_lives_in_one_place_and_the_metadata_is_complete(built: Buil
     assert not [r for r in requirements if r.startswith("torch")]  # the user's own torch build is never replaced
     assert set(fields["Provides-Extra"]) == {"lab", "nvml"}  # the contributors' tools are not published
     assert fields["Description-Content-Type"] == ["text/markdown"]
+
+
+def test_every_declared_floor_is_the_one_the_floors_environment_tests(built: Built) -> None:
+    """Each run-time requirement's lower bound, as published, is pinned in constraints/minimum.txt,
+    which `make test` builds its oldest-versions environment from."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pinned = {}
+    for line in (built.source / "constraints" / "minimum.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pinned[name.strip().lower()] = Version(version)
+    _, fields = _metadata(built.wheel)
+    runtime = [Requirement(r) for r in fields["Requires-Dist"] if "extra ==" not in r]
+    floors = {}
+    for requirement in runtime:
+        (lower,) = [s for s in requirement.specifier if s.operator == ">="]
+        assert len(requirement.specifier) == 1, requirement  # no upper bound that nothing tests
+        floors[requirement.name.lower()] = Version(lower.version)
+    assert set(floors) == {"ipython", "ipywidgets", "bqplot", "psutil"}
+    assert {name: pinned.get(name) for name in floors} == floors
