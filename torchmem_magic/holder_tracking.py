@@ -29,10 +29,13 @@ def mid_run_budget(sequence_floor: int) -> Budget:
     """The scans' limits; a chain's unwalked part is counted only down to `sequence_floor`, the autograd
     sequence number when the run began (earlier runs' nodes carry lower numbers)."""
     return replace(MID_RUN_BUDGET, sequence_floor=sequence_floor)
-MAX_SCANS = 60
+MAX_SCANS = 66
 #: scans thin out as the run goes on (each waits a quarter of the run so far), so MAX_SCANS cover
 #: the first seconds densely and still reach hours into a long run
 GAP_SHARE_OF_RUN = 0.25
+#: the first scans also come at steps 2, 4, 8, ... (each at twice the last scan's step), budget permitting:
+#: a fast loop makes hundreds of steps within the time gaps, and a holder's growth is judged per step
+STEP_PACED_SCANS = 6
 CHEAP_OBJECTS = 10_000  # a name whose scan met fewer objects than this is cheap to re-measure
 MAX_HOLDERS = 32
 MAX_POINTS = 64
@@ -82,16 +85,26 @@ class HolderTracker:
         self.last_stats: dict[str, RootStats] = {}  # name -> what the last scan that measured it found
         self._started_s: float | None = None  # the first step: setup before the loop does not count
         self._next_scan_s = 0.0
+        self._budget_ready_s = 0.0  # when the scans so far are back within the budget
+        self._next_scan_step = 0  # with STEP_PACED_SCANS: a scan is due at this step, time gaps aside
+        self._paced_from = 0  # the scan count when the current step clock began
         self.scans = 0
         self.spent_s = 0.0
         self._full_cost_s = min(full_scan_cost_s, MID_RUN_BUDGET.time_s)  # what the last scan of everything cost
 
-    def due(self) -> bool:
-        """Cheap: whether a scan may run now (called at every step)."""
+    def due(self, step: int | None = None) -> bool:
+        """Cheap: whether a scan may run now, at `step` (called at every step)."""
         now = self._clock()
         if self._started_s is None:
             self._started_s = now
-        return self.scans < MAX_SCANS and now >= self._next_scan_s
+        if self.scans >= MAX_SCANS:
+            return False
+        if now >= self._next_scan_s:
+            return True
+        step_paced = (
+            step is not None and self.scans - self._paced_from < STEP_PACED_SCANS and step >= self._next_scan_step
+        )
+        return step_paced and now >= self._budget_ready_s
 
     def scan(self, step: int) -> None:
         """Measure the holders now, at `step`; then wait until the scans' share of the run is back
@@ -125,7 +138,9 @@ class HolderTracker:
         over_allowance_s = max(0.0, self.spent_s - self._start_allowance_s)
         # the scans so far stay within budget_share of the run when the next one waits until then
         gap_s = max(self._min_gap_s, GAP_SHARE_OF_RUN * (now - loop_started_s))
-        self._next_scan_s = max(now + gap_s, loop_started_s + over_allowance_s / self._budget_share)
+        self._budget_ready_s = loop_started_s + over_allowance_s / self._budget_share
+        self._next_scan_s = max(now + gap_s, self._budget_ready_s)
+        self._next_scan_step = 2 * max(step, 1)
 
     def _record(self, step: int, measured: list[RootStats]) -> None:
         with self._lock:
@@ -149,6 +164,7 @@ class HolderTracker:
         with self._lock:
             self._series.clear()
             self.last_stats.clear()
+        self._next_scan_step, self._paced_from = 0, self.scans
 
     def tracked(self) -> set[str]:
         """The names measured as holders during the run (their figures change: never reused)."""

@@ -329,7 +329,7 @@ class MemwatchSession:
         if self._requests.pending:
             self._requests.run(step)
         tracker = self._tracker
-        if tracker is not None and tracker.due():
+        if tracker is not None and tracker.due(step):
             tracker.scan(step)
         if not self.sampling.due():
             return

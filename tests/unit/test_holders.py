@@ -183,3 +183,52 @@ def test_scans_thin_out_as_the_run_goes_on() -> None:
     assert at[0] == pytest.approx(0.1) and gaps[0] == pytest.approx(0.1)  # dense at first
     assert all(b >= a - 0.1 - 1e-9 for a, b in zip(gaps, gaps[1:]))  # then further apart (to a step)
     assert at[-1] > 3000 and tracker.scans < MAX_SCANS  # still measuring near the end of a long run
+
+
+def test_a_fast_loop_is_also_scanned_at_doubling_steps_within_the_budget() -> None:
+    """A loop of 0.1 ms steps makes hundreds of steps between two time-paced scans: the first scans come
+    at steps 1, 2, 4, ... so a holder's growth per step is measured within a few dozen steps."""
+    clock = FakeClock()
+    kept: list[torch.Tensor] = []
+
+    def roots() -> list[Root]:
+        clock.now += 0.0005  # each scan "costs" 0.5 ms
+        return [Root("kept", "user", "kept", kept)]
+
+    tracker = HolderTracker(roots, {"kept": 0}, {"kept"}, clock=clock)
+    scanned_at = []
+    for step in range(1, 301):
+        kept.append(torch.ones(1024))  # 4 KiB a step
+        clock.now += 0.0001
+        if tracker.due(step):
+            scanned_at.append(step)
+            tracker.scan(step)
+    assert scanned_at[:6] == [1, 2, 4, 8, 16, 32], scanned_at
+    assert len(scanned_at) <= 6 + 3  # then the time gaps again (20 ms at least)
+    assert holder_trend("kept", tracker.snapshot()["kept"]).growing
+    slow = HolderTracker(lambda: [Root("kept", "user", "kept", kept)], clock=clock)
+    slow_at = []
+    for step in range(1, 301):
+        clock.now += 0.0001
+        if slow.due():  # without the step: time-paced only
+            slow_at.append(step)
+            slow.scan(step)
+    assert len(slow_at) <= 3, slow_at
+
+
+def test_step_paced_scans_wait_for_the_budget() -> None:
+    clock = FakeClock()
+    kept: list[torch.Tensor] = [torch.ones(16)]
+
+    def roots() -> list[Root]:
+        clock.now += 0.01  # a 10 ms scan: 1 % of the run allows the next one a second later
+        return [Root("kept", "user", "kept", kept)]
+
+    tracker = HolderTracker(roots, clock=clock, start_allowance_s=0.0)
+    scanned_at = []
+    for step in range(1, 201):
+        clock.now += 0.0001
+        if tracker.due(step):
+            scanned_at.append(step)
+            tracker.scan(step)
+    assert scanned_at == [1], scanned_at
