@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from distributions import Built, run
+from kernel_client import pinned_floors
 
 pytestmark = pytest.mark.install
 
@@ -86,11 +87,7 @@ def test_every_declared_floor_is_the_one_the_floors_environment_tests(built: Bui
     from packaging.requirements import Requirement
     from packaging.version import Version
 
-    pinned = {}
-    for line in (built.source / "constraints" / "minimum.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, version = line.split("==")
-            pinned[name.strip().lower()] = Version(version)
+    pinned = {name: Version(version) for name, version in pinned_floors().items()}
     _, fields = _metadata(built.wheel)
     runtime = [Requirement(r) for r in fields["Requires-Dist"] if "extra ==" not in r]
     floors = {}

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_client import FLAVOURS, FLOORS, REPO, SETUP, Kernel
+from kernel_client import FLAVOURS, FLOORS, REPO, SETUP, Kernel, pinned_floors
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -14,17 +14,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "floors: run in a kernel of the newest stack and again in one of the floors venv (oldest supported "
         "IPython, ipykernel 6, widgets; the newer torch)",
     )
-
-
-def pinned_floors() -> dict[str, str]:
-    """name -> version pinned in constraints/minimum.txt (what the floors venv was built with)."""
-    pins = {}
-    for line in (REPO / "constraints" / "minimum.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            name, version = line.split("==", 1)
-            pins[name.strip().lower()] = version.strip()
-    return pins
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -63,6 +63,17 @@ FLOORS = REPO / ".venv-floors"
 FLAVOURS = ("newest", "floors")
 
 
+def pinned_floors() -> dict[str, str]:
+    """name -> version pinned in constraints/minimum.txt (what the floors venv was built with)."""
+    pins = {}
+    for line in (REPO / "constraints" / "minimum.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
 def kernel_python(flavour: str) -> str:
     """The interpreter a kernel of this flavour runs in."""
     if flavour == "newest":
