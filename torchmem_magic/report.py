@@ -8,7 +8,6 @@ milliseconds, without a running session.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -142,15 +141,13 @@ def diagnose(
     heap, ram = columns["heap_bytes"], columns["ram_bytes"]
     # the OOM killer counts resident memory: heap growth exhausts the headroom RSS has left
     rss_above_heap = ram[-1] - heap[-1] if len(heap) and not math.isnan(heap[-1]) else 0.0
-    worker_x, worker_bytes = _readings(step_x, columns["workers_bytes"])
-    # from the workers' first reading on, for them and the process tree they join: workers appearing is not growth
-    tree_from = bisect.bisect_left(step_x, worker_x[0]) if worker_x else 0
     series = [
         Series("heap", step_x, heap, ram_limit_bytes - rss_above_heap),
-        Series("ram", step_x[tree_from:], ram[tree_from:], ram_limit_bytes),
+        Series("ram", step_x, ram, ram_limit_bytes),
         Series("rss", step_x, columns["rss_bytes"], ram_limit_bytes),
     ]
-    if worker_x:
+    worker_x, worker_bytes = _readings(step_x, columns["workers_bytes"])
+    if worker_x:  # from the first reading on: workers appearing is not growth
         series.append(Series("workers", worker_x, worker_bytes, ram_limit_bytes))
     series.append(Series("vram", step_x, columns["vram_allocated_bytes"], vram_limit_bytes))
     series.append(Series("vram_reserved", step_x, columns["vram_reserved_bytes"], vram_limit_bytes))

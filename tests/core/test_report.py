@@ -155,3 +155,20 @@ def test_epochs_are_the_passes_of_the_loader_that_carries_the_steps() -> None:
     assert epoch_starts(tl, "optimizer", 1) == [0.0, 8.0, 16.0] and tl.epoch_count(1) == 3
     assert training_loader("forward", {}, {1: 3, 2: 5}) == 2  # no steps carried: the loader with most passes
     assert training_loader("time", {}, {}) is None and tl.epoch_count(None) == 6
+
+
+def test_dataloader_workers_joining_the_process_tree_are_not_its_growth() -> None:
+    """The tree's RAM jumps when the workers start (their PSS is added from their first reading): a flat
+    run stays clean and its RAM rate stays near zero."""
+    tl = Timeline()
+    for step in range(201):
+        workers = 300 * MIB if step >= 60 else 0.0
+        heap = 400 * MIB + (step % 3) * 4096
+        row = {"t_s": step * 0.01, "step": float(step), "rss_bytes": heap + 200 * MIB, "heap_bytes": heap,
+               "ram_bytes": heap + 200 * MIB + workers, "workers_bytes": workers, "workers": 2.0 if workers else 0.0}
+        tl.by_time.append(row)
+        if step:
+            tl.by_step.append(row)
+    report = assemble_report(evidence(tl, 200))
+    assert report.verdict == "clean", report.advice
+    assert report.ram.per_step_bytes is not None and abs(report.ram.per_step_bytes) < 4096

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import venv
-from collections.abc import Iterator
 
 import pytest
 from distributions import PREINSTALLED, Built, UserEnvironment, installed, pristine_copy, run
@@ -35,11 +34,3 @@ def user_env(built: Built, tmp_path_factory: pytest.TempPathFactory) -> UserEnvi
     before = installed(python, work)
     run([*pip, f"{built.wheel}[lab]"], cwd=work)
     return UserEnvironment(python, prefix, work, before, installed(python, work))
-
-
-@pytest.fixture
-def no_pythonpath(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Kernels inherit this process's environment: nothing in it may point at the checkout."""
-    for name in ("PYTHONPATH", "VIRTUAL_ENV"):
-        monkeypatch.delenv(name, raising=False)
-    yield

@@ -18,6 +18,8 @@ import pytest
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(CHECKOUT / "tests" / "kernel"))  # the real-kernel driver the kernel tests use
+from kernel_client import Kernel  # noqa: E402
+
 
 #: the torch of this test run, installed into the user's environment from the same wheel
 TORCH_SPEC = "torch==" + metadata.version("torch").split("+")[0]
@@ -25,9 +27,13 @@ TORCH_SPEC = "torch==" + metadata.version("torch").split("+")[0]
 PREINSTALLED = (TORCH_SPEC, "jupyterlab", "ipywidgets")
 
 
+#: what in this process's environment could point a child at the checkout or this test run's venv
+POINTERS = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+
+
 def run(command: list[str], cwd: Path, timeout_s: float = 600, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run `command` in `cwd` with an environment that names no checkout and no virtualenv."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env = {k: v for k, v in os.environ.items() if k not in POINTERS}
     env.update(kwargs.pop("env", {}))
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s, **kwargs)
     if check and done.returncode != 0:
@@ -73,3 +79,11 @@ def installed(python: Path, cwd: Path) -> dict[str, list[str]]:
               "print(json.dumps(found))")
     found: dict[str, list[str]] = json.loads(run([str(python), "-c", script], cwd=cwd).stdout)
     return found
+
+
+def start_user_kernel(user: UserEnvironment) -> Kernel:
+    """A kernel of the user's environment in their work directory (it inherits this environment, less POINTERS)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in POINTERS:
+            patch.delenv(name, raising=False)
+        return Kernel(python=str(user.python), cwd=str(user.work))

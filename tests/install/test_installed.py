@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from distributions import PREINSTALLED, UserEnvironment, run
-from kernel_client import Execution, Kernel, free_port
+from distributions import TORCH_SPEC, UserEnvironment, run, start_user_kernel
+from kernel_client import RANK_TRAINING, Execution, Kernel, free_port
 
 from torchmem_magic.render.static import embedded_figure
 
@@ -36,26 +36,6 @@ for step in range(300):
     loss = out.pow(2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
     kept.append(out)  # keeps every step's output and its graph
-'''
-RANKS = '''
-import os, time, torch, torch.distributed as dist, torch.multiprocessing as mp
-
-def train(rank, world, port, leak_rank, steps=150):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    outputs = []  # on the leaking rank: every output and its graph
-    for step in range(steps):
-        out = model(torch.randn(64, 256))
-        loss = out.pow(2).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
-        if rank == leak_rank:
-            outputs.append(out)
-        time.sleep(0.005)  # a step of a few ms, as a small real model's
-    dist.barrier()
-    dist.destroy_process_group()
 '''
 SCRIPT = '''
 import torch
@@ -122,10 +102,7 @@ def test_the_extras_name_what_users_need(user_env: UserEnvironment) -> None:
 
 @pytest.fixture(scope="module")
 def user_kernel(user_env: UserEnvironment) -> Iterator[Kernel]:
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("PYTHONPATH", "VIRTUAL_ENV"):
-            patch.delenv(name, raising=False)
-        k = Kernel(python=str(user_env.python), cwd=str(user_env.work))
+    k = start_user_kernel(user_env)
     try:
         k.ok(PREPARE)
         yield k
@@ -159,7 +136,7 @@ def test_memcheck_explains_the_holder(user_kernel: Kernel) -> None:
 
 
 def test_a_rank_launched_with_start_processes_is_watched(user_kernel: Kernel) -> None:
-    user_kernel.ok(RANKS)
+    user_kernel.ok(RANK_TRAINING)
     user_kernel.ok(f"%%memwatch -q\nmp.start_processes(train, args=(2, {free_port()}, 1), nprocs=2, start_method='fork')",
                    timeout_s=240)
     report = user_kernel.value("torchmem_magic.last_report().to_dict()")
@@ -174,12 +151,12 @@ def _text_shown(execution: Execution) -> str:
 
 
 def test_last_crash_reads_back_a_sigkilled_kernels_run(
-    user_env: UserEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_pythonpath: None
+    user_env: UserEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     records = tmp_path / "records"
     monkeypatch.setenv("TORCHMEM_MAGIC_RECORD_DIR", str(records))
     monkeypatch.setenv("JPY_SESSION_NAME", str(user_env.work / "train.ipynb"))
-    doomed = Kernel(python=str(user_env.python), cwd=str(user_env.work))
+    doomed = start_user_kernel(user_env)
     try:
         doomed.ok(PREPARE)
         doomed.kc.execute(LEAKING_CELL.replace("--interval 20", "").replace("range(300)", "range(10**7)"))
@@ -196,7 +173,7 @@ def test_last_crash_reads_back_a_sigkilled_kernels_run(
         process.wait(10)
     finally:
         doomed.shutdown()
-    survivor = Kernel(python=str(user_env.python), cwd=str(user_env.work))
+    survivor = start_user_kernel(user_env)
     try:
         first = survivor.ok("%load_ext torchmem_magic\nimport torchmem_magic")
         assert "the kernel of this notebook died while %%memwatch watched it" in _text_shown(first)
@@ -241,5 +218,4 @@ def test_the_pytest_plugin_loads_through_its_entry_point(user_env: UserEnvironme
 def test_the_environment_before_the_install_was_a_users(user_env: UserEnvironment) -> None:
     """What the install tests start from: torch, JupyterLab and ipywidgets, no torchmem_magic."""
     assert "torchmem-magic" not in user_env.before
-    assert user_env.before["torch"] == [PREINSTALLED[0].split("==")[1]] or user_env.before["torch"][0].startswith(
-        PREINSTALLED[0].split("==")[1] + "+")
+    assert [version.split("+")[0] for version in user_env.before["torch"]] == [TORCH_SPEC.removeprefix("torch==")]

@@ -21,6 +21,29 @@ from jupyter_client.manager import KernelManager
 SETUP = "import torch\ntorch.set_num_threads(1)\n%load_ext torchmem_magic\nimport torchmem_magic"
 
 
+#: DDP ranks forked from a cell (gloo on CPU): `train(rank, world, port, leak_rank)`; the leaking rank keeps
+#: every output, with its graph, in its own list `outputs`
+RANK_TRAINING = '''
+import os, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def train(rank, world, port, leak_rank, steps=200):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    outputs = []  # on the leaking rank: every output and its graph
+    for step in range(steps):
+        out = model(torch.randn(64, 256))
+        opt.zero_grad(); out.pow(2).mean().backward(); opt.step()
+        if rank == leak_rank:
+            outputs.append(out)
+        time.sleep(0.01)
+    dist.barrier()
+    dist.destroy_process_group()
+'''
+
+
 @dataclass
 class Execution:
     """Everything one execute_request produced, iopub messages in arrival order."""

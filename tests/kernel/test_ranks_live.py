@@ -6,30 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kernel_client import Execution, Kernel, free_port
+from kernel_client import RANK_TRAINING, Execution, Kernel, free_port
 
 pytestmark = [pytest.mark.kernel, pytest.mark.floors]
-
-TRAIN = '''
-import os, time, torch, torch.distributed as dist, torch.multiprocessing as mp
-
-def train(rank, world, port, leak_rank, steps=200):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    outputs = []  # on the leaking rank: every output and its graph
-    for step in range(steps):
-        out = model(torch.randn(64, 256))
-        opt.zero_grad(); out.pow(2).mean().backward(); opt.step()
-        if rank == leak_rank:
-            outputs.append(out)
-        time.sleep(0.01)
-    dist.barrier()
-    dist.destroy_process_group()
-'''
-
 
 def _updates(execution: Execution) -> list[tuple[int, str, dict[str, Any]]]:
     """(iopub index, comm id, state) of every widget update the cell sent."""
@@ -49,7 +28,7 @@ def _status_values(execution: Execution) -> list[tuple[int, str]]:
 
 
 def test_each_rank_has_its_own_curve_and_the_worst_rank_is_named_while_they_train(kernel: Kernel) -> None:
-    kernel.ok(TRAIN + "import torchmem_magic.hooks, threading")
+    kernel.ok(RANK_TRAINING + "import torchmem_magic.hooks, threading")
     execution = kernel.ok(
         f"%%memwatch --interval 50\nmp.start_processes(train, args=(2, {free_port()}, 1), nprocs=2, start_method='fork')",
         timeout_s=240,
