@@ -20,7 +20,7 @@ import torch
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.flight.recorder import FlightRecorder
-from torchmem_magic.ranks.agent import RelayTimeline
+from torchmem_magic.ranks.relay import RelayTimeline
 from torchmem_magic.scan.results import Root
 
 
@@ -52,7 +52,7 @@ def _context(config: str, step: Callable[[], None]) -> Any:
     interval_ms = 100.0 if config.startswith("memwatch 100 ms") else 10.0
     listener = None
     if config.endswith("+ live figure"):
-        from torchmem_magic.render.live import LiveFigure
+        from torchmem_magic.widgets.live import LiveFigure
 
         listener = LiveFigure()
     # the leak finder and the flight recorder on, as in %%memwatch: the roots are what the step function

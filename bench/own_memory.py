@@ -95,7 +95,7 @@ def record_size(hours: float = 24.0, interval_s: float = 0.1, steps_per_s: float
     import tempfile
 
     from torchmem_magic.flight.recorder import FlightRecorder
-    from torchmem_magic.ranks.agent import RelayTimeline
+    from torchmem_magic.ranks.relay import RelayTimeline
 
     clock = SimulatedClock()
     with tempfile.TemporaryDirectory() as directory:

@@ -77,7 +77,7 @@ def rank_loop(rank: int, world: int, port: int, out_dir: str) -> None:
         times_s.append(time.perf_counter() - t0)
     wall_s = time.perf_counter() - started_s
     own_cpu_s = session_s = None
-    from torchmem_magic.ranks import agent as rank_agent
+    from torchmem_magic.agent import rank as rank_agent
 
     if rank_agent._agent is not None and rank_agent._agent[0] == os.getpid():
         watcher = rank_agent._agent[1]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from .ranks.agent import adopt_forked
+from .agent.rank import adopt_forked
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession
 from .stack_roots import StackRoots, StackSources

@@ -3,7 +3,7 @@
 The watcher is an ordinary session that does not train (no step hooks; its curves are the whole
 process tree, the command included) and listens for ranks. The command gets three environment
 additions, for itself and its children only: the bootstrap directory first on PYTHONPATH (its
-`sitecustomize` arms each Python process, see ranks/boot.py), the watcher's sink address and the
+`sitecustomize` arms each Python process, see agent/boot.py), the watcher's sink address and the
 sampling interval. The watcher's own environment is left as it was.
 """
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TextIO
 
-from .ranks.boot import ENV_SCAN
+from .agent.boot import ENV_SCAN
 from .ranks.protocol import ENV_INTERVAL_MS, ENV_SINK
 from .results import Report
 
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ranks", "bootstrap")
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "bootstrap")
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 

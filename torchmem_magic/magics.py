@@ -22,7 +22,8 @@ from .notebook import notebook_roots, recent_sources
 from .render.static import figure_img_html
 from .results import report_long_text
 from .flight.recorder import FlightRecorder
-from .ranks.agent import RelayTimeline, adopt_forked
+from .agent.rank import adopt_forked
+from .ranks.relay import RelayTimeline
 from .scan.results import Root
 from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
 from .step_requests import StopTraining
@@ -149,7 +150,7 @@ class MemwatchMagics(Magics):
             raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
         try:
             if plot:  # widgets only once the flags and the body are known to be good
-                from .render.live import LiveFigure
+                from .widgets.live import LiveFigure
 
                 figure = session.listener = LiveFigure()
                 figure.attach(session)

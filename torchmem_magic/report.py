@@ -29,7 +29,7 @@ from .model import (
     VramSummary,
     WorkerSummary,
 )
-from .ranks.merge import with_ranks
+from .merge import with_ranks
 from .results import Report
 from .timeline import NAN, DecimatingSeries, Timeline
 from .verdict import Diagnosis, Series, decide, robust_slope

@@ -19,7 +19,7 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any, Literal, Union
 
 from .model import RankSummary
-from .ranks.merge import summary_of, with_ranks
+from .merge import summary_of, with_ranks
 from .render.static import report_document as report_document  # re-exported: saved pages live here too
 from .results import Report
 from .results import save_report as save_report

@@ -36,7 +36,7 @@ PROBE = """
 import json, sys, threading
 import torch
 x = torch.ones(3, requires_grad=True) * 2  # torch in use, but no step of any clock
-boot = sys.modules.get("torchmem_magic.ranks.boot")
+boot = sys.modules.get("torchmem_magic.agent.boot")
 json.dump({
     "threads": threading.active_count(),
     "armed": boot is not None and boot._armed is not None,

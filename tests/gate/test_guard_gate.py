@@ -123,7 +123,7 @@ def test_a_bad_guard_is_a_value_error_before_anything_runs() -> None:
 
 
 def test_the_live_figure_draws_the_threshold_and_the_status_line_warns(monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchmem_magic.render.live import LiveFigure
+    from torchmem_magic.widgets.live import LiveFigure
 
     figure = LiveFigure()  # its widgets loaded before RAM is measured
     model = torch.nn.Linear(4, 1)

@@ -36,7 +36,7 @@ def _metadata(wheel: Path) -> tuple[str, dict[str, list[str]]]:
 def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(built: Built) -> None:
     package = built.source / "torchmem_magic"
     expected = {path.relative_to(built.source).as_posix() for path in package.rglob("*") if path.is_file()}
-    assert "torchmem_magic/ranks/bootstrap/sitecustomize.py" in expected and "torchmem_magic/py.typed" in expected
+    assert "torchmem_magic/agent/bootstrap/sitecustomize.py" in expected and "torchmem_magic/py.typed" in expected
     assert any(name.startswith("torchmem_magic/flight/") for name in expected)
     members = _members(built.wheel)
     info, _ = _metadata(built.wheel)
@@ -53,7 +53,7 @@ def test_the_sdist_builds_the_same_wheel_as_the_tree(built: Built) -> None:
     assert _members(built.wheel) == _members(built.tree_wheel)
     with tarfile.open(built.sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    assert {"pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "torchmem_magic/ranks/bootstrap/sitecustomize.py"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "torchmem_magic/agent/bootstrap/sitecustomize.py"} <= names
 
 
 def test_the_metadata_passes_the_index_checks(built: Built) -> None:

@@ -68,7 +68,7 @@ def test_interrupted_while_the_report_is_made_still_shows_it(kernel: Kernel) -> 
 
 def test_interrupted_while_the_live_figure_is_made_says_so_in_one_line(kernel: Kernel) -> None:
     kernel.ok(
-        "from torchmem_magic.render.live import LiveFigure as _TmLiveFigure\n"
+        "from torchmem_magic.widgets.live import LiveFigure as _TmLiveFigure\n"
         "_tm_real_attach = _TmLiveFigure.attach\n"
         "def _tm_interrupted_attach(self, session):\n"
         "    raise KeyboardInterrupt  # as a SIGINT landing while the widgets are made\n"

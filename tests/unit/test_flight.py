@@ -19,7 +19,7 @@ from torchmem_magic.flight.crashes import crash_records, crash_report, read_reco
 from torchmem_magic.flight.place import ENV_RECORD_DIR, process_alive, process_start_ticks, records_dir
 from torchmem_magic.flight.recorder import FlightRecorder
 from torchmem_magic.forensics import death_explanation
-from torchmem_magic.ranks.agent import RelayTimeline
+from torchmem_magic.ranks.relay import RelayTimeline
 from torchmem_magic.scan.results import Root
 
 GIB = 1 << 30

@@ -22,7 +22,7 @@ from torchmem_magic.guard import (
 )
 from torchmem_magic.hooks import TrainingHooks
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE, memory_limit, parse_size
-from torchmem_magic.render.live import _guard_lines
+from torchmem_magic.widgets.live import _guard_lines
 from torchmem_magic.step_requests import StepRequests
 
 MIB, GIB = 1 << 20, 1 << 30

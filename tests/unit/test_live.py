@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from torchmem_magic import MemwatchSession
-from torchmem_magic.render.live import MAX_POINTS, LiveFigure
+from torchmem_magic.widgets.live import MAX_POINTS, LiveFigure
 from torchmem_magic.timeline import COLUMNS
 
 

@@ -15,8 +15,8 @@ from torchmem_magic.model import LiveStatus
 from torchmem_magic.ranks.feed import RankFeed
 from torchmem_magic.ranks.feed import rank_numbers
 from torchmem_magic.ranks.live import LiveRanks, RankLive, judge_rank, worst_line, worst_live
-from torchmem_magic.render.live import LiveFigure
-from torchmem_magic.render.rank_curves import padded, rank_curves, steps_of_time
+from torchmem_magic.widgets.live import LiveFigure
+from torchmem_magic.widgets.rank_curves import padded, rank_curves, steps_of_time
 from torchmem_magic.render.text import status_line
 from torchmem_magic.timeline import COLUMNS
 

@@ -16,9 +16,9 @@ from test_report import GIB, MIB, evidence, timeline
 from torchmem_magic.hooks import TrainingHooks
 from torchmem_magic.model import DeviceMemory, RankSummary, SourceErrors, Suspect
 from torchmem_magic.probes.nvml import NvmlProcesses, normalized_uuid
-from torchmem_magic.ranks.agent import RelayTimeline
+from torchmem_magic.ranks.relay import RelayTimeline
 from torchmem_magic.stack_roots import is_user_code
-from torchmem_magic.ranks.merge import (
+from torchmem_magic.merge import (
     first_to_die,
     rank_lines,
     summary_of,
@@ -296,7 +296,7 @@ def test_how_a_rank_ended_comes_from_its_exit_status_or_its_launchers_exception(
 
 
 def test_state_messages_wait_for_room_and_only_the_latest_of_each_kind_is_sent() -> None:
-    from torchmem_magic.ranks.agent import RankAgent
+    from torchmem_magic.agent.rank import RankAgent
     from torchmem_magic.ranks.settings import RankSettings
 
     sink = RankSink()

@@ -23,7 +23,7 @@ from ..probes.nvml import NvmlProcesses
 from ..probes.process import exit_of
 from ..report import assemble_report
 from ..timeline import Timeline
-from .merge import summary_of
+from ..merge import summary_of
 from .protocol import apply_events, evidence_from
 from .transport import RankSink
 

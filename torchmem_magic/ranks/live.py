@@ -18,7 +18,7 @@ from ..model import Clock, RankSummary, VerdictName
 from ..report import LIVE_VERDICT_STEPS, diagnose
 from ..units import format_bytes, rate_unit
 from .feed import RankFeed, rank_numbers
-from .merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
+from ..merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0
 LIVE_MAX_POINTS = 64  # the detector's pairwise slopes over at most this many points: cheap enough per rank

@@ -1,1 +1,2 @@
-"""Renderers: text/HTML (stdlib only) and the live bqplot figure (the only widget code)."""
+"""The forms people read, as plain functions of the data: text and HTML (text.py), the static SVG figure
+(static.py). Standard library only."""

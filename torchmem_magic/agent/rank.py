@@ -19,12 +19,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..ranks.protocol import events_message, evidence_fields
+from ..ranks.relay import RelayTimeline
+from ..ranks.settings import RankSettings
+from ..ranks.transport import Outbox, RankSender
 from ..scan.results import Root
 from ..stack_roots import StackRoots, StackSources
-from ..timeline import DecimatingSeries, Row, Timeline
-from .protocol import events_message, evidence_fields, row_values
-from .settings import RankSettings
-from .transport import Outbox, RankSender
 
 if TYPE_CHECKING:
     from ..hooks import StepClock, TrainingHooks
@@ -57,39 +57,6 @@ def script_sources() -> tuple[str, ...]:
             return (file.read(),)
     except (OSError, TypeError, ValueError):
         return ()
-
-
-# ----------------------------------------------------------------------------- the streamed timeline
-
-
-class _RelaySeries(DecimatingSeries):
-    """A series that also queues every row it gets for the watcher."""
-
-    def __init__(self, outbox: Outbox, kind: str, capacity: int) -> None:
-        super().__init__(capacity)
-        self._outbox, self._kind = outbox, kind
-
-    def append(self, row: Row) -> None:
-        super().append(row)
-        self._outbox.append([self._kind, row_values(row)])
-
-
-class RelayTimeline(Timeline):
-    """The rank session's timeline: every row, restart and loader pass is also queued for the watcher."""
-
-    def __init__(self, outbox: Outbox, capacity: int = 2000) -> None:
-        self._outbox = outbox
-        super().__init__(capacity)
-        self.by_time = _RelaySeries(outbox, "t", capacity)
-        self.by_step = _RelaySeries(outbox, "s", capacity)
-
-    def add_pass(self, t_s: float, loader: int, steps: tuple[int, ...]) -> None:
-        super().add_pass(t_s, loader, steps)
-        self._outbox.append(["p", t_s, loader, list(steps)])
-
-    def restart_steps(self) -> None:
-        self.by_step = _RelaySeries(self._outbox, "s", self.capacity)
-        self._outbox.append(["r"])
 
 
 # ----------------------------------------------------------------------------- the agent

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from ..model import RankSummary, ReportData, Suspect, VerdictName
-from ..units import format_bytes, format_duration, rate_unit
+from .model import RankSummary, ReportData, Suspect, VerdictName
+from .units import format_bytes, format_duration, rate_unit
 
 R = TypeVar("R", bound=ReportData)
 SEVERITY: dict[str, int] = {"clean": 0, "unknown": 1, "suspect": 2, "leak": 3}

@@ -2,7 +2,7 @@
 
 Python imports the first `sitecustomize` on sys.path at start-up; the watcher puts this directory
 first on the command's PYTHONPATH. It arms the process (a finder waiting for `import torch`; see
-`torchmem_magic.ranks.boot`), guarded so it can never break the user's program, then runs the
+`torchmem_magic.agent.boot`), guarded so it can never break the user's program, then runs the
 `sitecustomize` this one hides, if any, as if it had been found first.
 """
 
@@ -16,7 +16,7 @@ def _arm() -> None:
     if not os.environ.get("TORCHMEM_MAGIC_SINK"):
         return
     try:
-        from torchmem_magic.ranks.boot import arm_from_environment
+        from torchmem_magic.agent.boot import arm_from_environment
 
         arm_from_environment()
     except Exception:
@@ -38,6 +38,6 @@ def _chain() -> None:
     spec.loader.exec_module(module)  # its errors are reported by `site`, as they would be without us
 
 
-if __name__ == "sitecustomize":  # imported by `site`, not as torchmem_magic.ranks.bootstrap.sitecustomize
+if __name__ == "sitecustomize":  # imported by `site`, not as torchmem_magic.agent.bootstrap.sitecustomize
     _arm()
     _chain()

@@ -20,10 +20,10 @@ import numpy as np
 
 from ..ranks.feed import rank_numbers
 from ..ranks.live import worst_live
+from ..render.text import status_line
 from ..timeline import DecimatingSeries
 from .controls import Controls
 from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
-from .text import status_line
 
 if TYPE_CHECKING:
     from ..results import Report

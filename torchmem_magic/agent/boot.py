@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .protocol import ENV_INTERVAL_MS, ENV_SINK
+from ..ranks.protocol import ENV_INTERVAL_MS, ENV_SINK
 
 if TYPE_CHECKING:
     from ..hooks import LoaderPass, StepClock, TrainingHooks
-    from .agent import RankAgent
+    from .rank import RankAgent
 
 #: "0" turns the ranks' leak finder off (`watch --no-scan`); they still stream their curves
 ENV_SCAN = "TORCHMEM_MAGIC_SCAN"
@@ -100,8 +100,8 @@ def arm_from_environment() -> bool:
 
 
 def _settings() -> Any:
-    from .agent import script_roots, script_sources
-    from .settings import RankSettings
+    from .rank import script_roots, script_sources
+    from ..ranks.settings import RankSettings
 
     try:
         interval_ms = float(os.environ.get(ENV_INTERVAL_MS) or DEFAULT_INTERVAL_MS)
@@ -145,7 +145,7 @@ def _first_activity(clock: StepClock | None, loader_pass: LoaderPass | None) -> 
     if _is_dataloader_worker():
         hooks.remove()
         return
-    from .agent import RankAgent
+    from .rank import RankAgent
 
     agent = RankAgent(_settings())
     _agent = agent
@@ -161,6 +161,6 @@ def _first_activity(clock: StepClock | None, loader_pass: LoaderPass | None) -> 
 
 def _forked_activity(hooks: TrainingHooks, clock: StepClock | None) -> None:
     """A process forked from this one before it trained (`start_method="fork"`) trains: a rank too."""
-    from .agent import adopt_forked
+    from .rank import adopt_forked
 
     adopt_forked(_settings(), hooks, clock)

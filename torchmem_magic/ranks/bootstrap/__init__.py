@@ -1,1 +1,0 @@
-"""The directory a watched command gets on PYTHONPATH: only its `sitecustomize` (see ranks/boot.py)."""
