@@ -13,6 +13,7 @@ import torch
 from torchmem_magic import MemwatchSession
 from torchmem_magic.hooks import TrainingHooks
 from torchmem_magic.probes.heap import HeapProbe
+from torchmem_magic.options import SessionOptions
 
 
 def _median_us(fn: Any, n: int = 2000) -> float:
@@ -25,19 +26,19 @@ def _median_us(fn: Any, n: int = 2000) -> float:
 
 
 def hot_path_costs() -> dict[str, float]:
-    session = MemwatchSession(10_000.0)  # a long interval: the background thread stays out of the way
+    session = MemwatchSession(SessionOptions(10_000.0))  # a long interval: the background thread stays out of the way
     with session:
         def step() -> None:
-            session._on_tick("optimizer")
+            session.tick("optimizer")
 
         skipped_us = _median_us(step)
 
         def sampled_step() -> None:
-            session.sampling.sample_next()  # force a sample on this step
-            session._on_tick("optimizer")
+            session.step_counter.sampling.sample_next()  # force a sample on this step
+            session.tick("optimizer")
 
         sampled_us = _median_us(sampled_step)
-        filing_us = _median_us(session._file_step_rows, n=1) / 2000  # files the 2,000 queued rows
+        filing_us = _median_us(lambda: session.step_counter.file_rows(session.timeline, time.thread_time), n=1) / 2000  # files the 2,000 queued rows
         tick_us = _median_us(session._background_row, n=500)
     module, x = torch.nn.Identity(), torch.zeros(1)
     bare_call_us = _median_us(lambda: module(x))

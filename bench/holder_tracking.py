@@ -18,6 +18,7 @@ import torch
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.api import _module_roots
+from torchmem_magic.leak_finder import LeakSearch
 
 STEPS = 400
 
@@ -37,7 +38,7 @@ def run_once(leak: bool) -> dict[str, float]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batch = torch.randn(128, 256)
     namespace: dict[str, Any] = {**_crowd(), "kept": []}
-    session = MemwatchSession(roots=lambda: _module_roots(namespace))
+    session = MemwatchSession(search=LeakSearch(lambda: _module_roots(namespace)))
     started = time.perf_counter()
     with session:
         for _ in range(STEPS):
@@ -52,8 +53,8 @@ def run_once(leak: bool) -> dict[str, float]:
     return {
         "wall_s": wall_s,
         "named_at_step": float(report.live_suspects_at_step or -1),
-        "scan_share_pct": 100 * session.holder_scan_s / wall_s,
-        "scans": float(session.holder_scans),
+        "scan_share_pct": 100 * session.finder.spent_s / wall_s,
+        "scans": float(session.finder.scans),
         "verdict_leak": float(report.verdict == "leak"),
     }
 

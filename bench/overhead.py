@@ -20,8 +20,9 @@ import torch
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.flight.recorder import FlightRecorder
-from torchmem_magic.ranks.relay import RelayTimeline
 from torchmem_magic.scan.results import Root
+from torchmem_magic.options import SessionOptions
+from torchmem_magic.leak_finder import LeakSearch
 
 
 def make_workload(name: str) -> tuple[Callable[[], None], int]:
@@ -58,10 +59,7 @@ def _context(config: str, step: Callable[[], None]) -> Any:
     # the leak finder and the flight recorder on, as in %%memwatch: the roots are what the step function
     # holds (model, optimizer, batch); the record goes to a directory of the benchmark's own
     recorder = FlightRecorder("bench", directory=RECORDS)
-    return MemwatchSession(
-        interval_ms, listener=listener, roots=lambda: [Root("train_step", "user", "train_step", step)],
-        timeline=RelayTimeline(recorder.outbox), recorder=recorder,
-    )
+    return MemwatchSession(SessionOptions(interval_ms), search=LeakSearch(lambda: [Root("train_step", "user", "train_step", step)]), listener=listener, recorder=recorder)
 
 
 #: untimed steps inside the block, half a timed run's: memwatch's one-offs (the dense samples of the first

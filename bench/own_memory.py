@@ -31,6 +31,7 @@ from torchmem_magic.scan.memo import ScanMemo, scan_reusing  # noqa: E402
 from torchmem_magic.scan.results import Root  # noqa: E402
 from torchmem_magic.scan.scanner import scan_roots  # noqa: E402
 from torchmem_magic.session import END_SCAN_BUDGET  # noqa: E402
+from torchmem_magic.options import SessionOptions
 
 PACKAGE = str(Path(__import__("torchmem_magic").__file__).parent)
 
@@ -52,7 +53,7 @@ def _own_bytes(snapshot: tracemalloc.Snapshot) -> int:
 def session_memory(hours: float, interval_s: float = 0.01, steps_per_s: float = 200.0) -> dict[str, float]:
     """A session's own memory after `hours` of simulated run at `interval_s`, with `steps_per_s` steps."""
     clock = SimulatedClock()
-    session = MemwatchSession(interval_s * 1000, clock=clock, watch_ranks=False, train_hooks=False)
+    session = MemwatchSession(SessionOptions(interval_s * 1000, watch_ranks=False, train_hooks=False), clock=clock)
     session.start()
     assert session._sampler is not None
     session._sampler.stop()  # this benchmark reads in its place, on the simulated clock
@@ -95,15 +96,11 @@ def record_size(hours: float = 24.0, interval_s: float = 0.1, steps_per_s: float
     import tempfile
 
     from torchmem_magic.flight.recorder import FlightRecorder
-    from torchmem_magic.ranks.relay import RelayTimeline
 
     clock = SimulatedClock()
     with tempfile.TemporaryDirectory() as directory:
         recorder = FlightRecorder("for step in range(steps): ...", directory=Path(directory))
-        session = MemwatchSession(
-            interval_s * 1000, clock=clock, watch_ranks=False, train_hooks=False,
-            timeline=RelayTimeline(recorder.outbox), recorder=recorder,
-        )
+        session = MemwatchSession(SessionOptions(interval_s * 1000, watch_ranks=False, train_hooks=False), clock=clock, recorder=recorder)
         session.start()
         assert session._sampler is not None and recorder.path is not None
         session._sampler.stop()

@@ -36,7 +36,7 @@ import torch.multiprocessing as mp
 import torchmem_magic
 from torchmem_magic.ranks import transport
 from torchmem_magic.ranks.protocol import MAX_EVENTS_PER_MESSAGE, decode, encode
-from torchmem_magic.session import DEFAULT_INTERVAL_MS
+from torchmem_magic.options import DEFAULT_INTERVAL_MS
 from torchmem_magic.timeline import COLUMNS
 
 DENSE_START_STEPS = 64  # sampled densely by every rank's session: a one-off, not timed
@@ -83,7 +83,7 @@ def rank_loop(rank: int, world: int, port: int, out_dir: str) -> None:
         watcher = rank_agent._agent[1]
         watcher.finish()  # what the process's exit would do next; the sampler's CPU is known after it
         if watcher.session is not None:
-            own_cpu_s, session_s = watcher.session.own_cpu_s, watcher.session.elapsed_s
+            own_cpu_s, session_s = watcher.session.own_cpu_s, watcher.session.runtime.elapsed_s()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps({
         "pid": os.getpid(), "times_s": times_s, "wall_s": wall_s, "own_cpu_s": own_cpu_s, "session_s": session_s,
     }))

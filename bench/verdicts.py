@@ -24,6 +24,8 @@ from leaky_loops import CLEAN, LEAKS, SETUP  # noqa: E402
 from torchmem_magic import MemwatchSession  # noqa: E402
 from torchmem_magic.verdict import MIB, Series, decide  # noqa: E402
 from torchmem_magic.scan.results import Root  # noqa: E402
+from torchmem_magic.options import SessionOptions
+from torchmem_magic.leak_finder import LeakSearch
 
 
 def rule_a(ram: list[float]) -> str:
@@ -78,7 +80,7 @@ def run_loop(body: str) -> tuple[Any, list[float], list[float], int]:
     namespace: dict[str, Any] = {}
     exec(SETUP, namespace)
     roots = lambda: [Root(k, "user", k, v) for k, v in list(namespace.items()) if not k.startswith("_")]  # noqa: E731
-    session = MemwatchSession(50, roots=roots, sources=[body])
+    session = MemwatchSession(SessionOptions(50), search=LeakSearch(roots, [body]))
     with session:
         exec(body, namespace)
     report = session.report

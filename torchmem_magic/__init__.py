@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads 
     from .results import MemcheckResult, Report
     from .flight.crashes import clear_crashes, last_crash
     from .saved import load_report
+    from .options import SessionOptions
     from .session import MemwatchSession, last_report
 
 #: public name -> the module that defines it
@@ -49,6 +50,7 @@ _HOMES = {
     "clear_crashes": "flight.crashes",
     "last_crash": "flight.crashes",
     "MemwatchSession": "session",
+    "SessionOptions": "options",
     "last_report": "session",
 }
 
@@ -58,6 +60,7 @@ __all__ = [
     "MemoryGuardError",
     "MemwatchSession",
     "Report",
+    "SessionOptions",
     "assert_no_leak",
     "clear_crashes",
     "collect_garbage",

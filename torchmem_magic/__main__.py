@@ -15,7 +15,7 @@ USAGE_ERROR = 2
 
 
 def _interval_ms(text: str) -> float:
-    from .session import MAX_INTERVAL_MS, MIN_INTERVAL_MS
+    from .options import MAX_INTERVAL_MS, MIN_INTERVAL_MS
 
     try:
         value = float(text)

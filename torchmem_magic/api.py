@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
 from .agent.rank import adopt_forked
+from .leak_finder import LeakSearch
+from .options import DEFAULT_INTERVAL_MS, SessionOptions
 from .scan.results import Root
-from .session import DEFAULT_INTERVAL_MS, MemwatchSession
+from .session import MemwatchSession
 from .stack_roots import StackRoots, StackSources
 
 
@@ -40,28 +41,26 @@ def watch_from(
 
     Holders the last scan during the run saw are kept even when the end-of-block scan cannot reach
     them, since a helper function's locals (`def train(): history = []`) are gone by then."""
-    roots: Callable[[], list[Root]] | None = None
-    sources: list[str] = []
+    search: LeakSearch | None = None
     if scan:
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython is not None else None
         if shell is not None and namespace is shell.user_ns:
             from .notebook import notebook_roots, recent_sources
 
-            sources = recent_sources(shell)
-            shared = functools.partial(notebook_roots, shell)
-            roots = StackRoots(shared)
+            search = LeakSearch(StackRoots(functools.partial(notebook_roots, shell)), recent_sources(shell))
         else:
+            sources: list[str] = []
             known = StackSources(sources)
             if code is not None:
                 known.add_code(code)
             known.add_stack(frame)
             known.add_file(namespace.get("__file__"))
-            roots = StackRoots(functools.partial(_module_roots, namespace), known)
-    return MemwatchSession(
-        interval_ms, device=device, shm_path=shm_path, print_report=not quiet, roots=roots, sources=sources,
-        rank_agent=adopt_forked, keep_scanned_holders=True, guard=guard,
+            search = LeakSearch(StackRoots(functools.partial(_module_roots, namespace), known), sources)
+    options = SessionOptions(
+        interval_ms, device=device, shm_path=shm_path, guard=guard, print_report=not quiet, keep_scanned_holders=True
     )
+    return MemwatchSession(options, search=search, rank_agent=adopt_forked)
 
 
 def memwatch(

@@ -107,10 +107,11 @@ def ending_of(returncode: int) -> BaseException | None:
 
 def run_watched(options: WatchOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the command under a watching session; print (and save) the report; the command's exit status."""
+    from .options import SessionOptions
     from .saved import save_report
     from .session import MemwatchSession
 
-    session = MemwatchSession(options.interval_ms, train_hooks=False, roots=None, watch_ranks=True)
+    session = MemwatchSession(SessionOptions(options.interval_ms, train_hooks=False, watch_ranks=True))
     session.start()
     try:
         assert session.ranks is not None

@@ -17,7 +17,8 @@ from typing import Any
 from .api import memwatch, watch_from
 from .model import Suspect, VerdictName
 from .results import Report
-from .session import DEFAULT_INTERVAL_MS, MemwatchSession
+from .options import DEFAULT_INTERVAL_MS
+from .session import MemwatchSession
 from .units import count_noun, format_bytes, rate_unit
 
 #: verdicts a gate may fail on; "clean" never fails

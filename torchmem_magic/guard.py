@@ -31,7 +31,7 @@ RECENT_ROWS = 3  # ... or over the last rows (two intervals), whichever is faste
 
 
 class Watching(Protocol):
-    """What the guard reads of the session that runs it (MemwatchSession)."""
+    """What the guard reads of the run it guards (the session's live view)."""
 
     @property
     def clock(self) -> str: ...
@@ -45,8 +45,6 @@ class Watching(Protocol):
     def holders_so_far(self) -> tuple[dict[str, list[tuple[int, int]]], tuple[Suspect, ...]]: ...
 
     def live_holder(self) -> str | None: ...
-
-    def raise_at_step(self, exc: BaseException) -> None: ...
 
 
 class MemoryGuardError(MemoryError, RaisedAtStep):
@@ -64,21 +62,6 @@ class MemoryGuardError(MemoryError, RaisedAtStep):
         return (MemoryGuardError, (str(self),))
 
 
-def parse_guard(value: str | float) -> float:
-    """'90%', '90', 90, '0.9' or 0.9 -> 0.9: the share of a limit at which the guard stops the loop
-    (a number above 1 is a percentage). ValueError for anything else."""
-    text = str(value).strip()
-    percent = text.endswith("%")
-    try:
-        number = math.nan if isinstance(value, bool) else float(text.removesuffix("%").strip())
-    except ValueError:
-        number = math.nan
-    share = number / 100.0 if percent or number > 1 else number
-    if not 0 < share <= 1:  # NaN too
-        raise ValueError(f"guard takes a share of the limit: 90%, 90 or 0.9 (above 0, at most 100%); got {value!r}")
-    return share
-
-
 #: resource -> (the row's column, what happens at its limit)
 _RAM, _SHM, _VRAM = "RAM", "/dev/shm", "VRAM"
 _AT_LIMIT = {_RAM: "the OOM killer", _SHM: "a DataLoader worker's bus error", _VRAM: "CUDA out of memory"}
@@ -87,7 +70,7 @@ _COLUMNS = {_RAM: "ram_bytes", _SHM: "shm_used_bytes", _VRAM: "vram_reserved_byt
 
 class MemoryGuard:
     """Holds the sampler's rows against the limits (RAM of the process tree, /dev/shm, each watched
-    CUDA device's reserved memory) and asks the session to raise MemoryGuardError when one trips.
+    CUDA device's reserved memory) and hands the session the MemoryGuardError to raise when one trips.
     `check` runs on the sampler thread; the rest is read by the live figure and the report."""
 
     def __init__(
@@ -109,8 +92,9 @@ class MemoryGuard:
         self.trip: GuardTrip | None = None  # the first one
         self._error: MemoryGuardError | None = None  # the last one asked for
 
-    def check(self, row: dict[str, float], session: Watching) -> None:
-        """Sampler thread: judge this row; on a trip, have the next step raise MemoryGuardError."""
+    def check(self, row: dict[str, float], run: Watching) -> MemoryGuardError | None:
+        """Sampler thread: judge this row; on a trip, the MemoryGuardError the next step is to raise
+        (None: nothing to raise, or one asked for already and not raised yet)."""
         used = {_RAM: row.get("ram_bytes", math.nan), _SHM: row.get("shm_used_bytes", math.nan)}
         limits = {_RAM: (float(self._ram_limit.limit_bytes), self._ram_limit.source)}
         if self._shm_total_bytes:
@@ -131,12 +115,12 @@ class MemoryGuard:
         )
         trip = guard_trip(self.levels, self.share, self.horizon_s)
         if trip is None:
-            return
+            return None
         if self._error is not None and self._error.__traceback__ is None:
-            return  # asked for already, not raised yet (a raised one has a traceback: the loop went on)
+            return None  # asked for already, not raised yet (a raised one has a traceback: the loop went on)
         self.trip = self.trip or trip
-        self._error = MemoryGuardError(guard_message(trip, session.clock, _top_holder(session)), trip)
-        session.raise_at_step(self._error)
+        self._error = MemoryGuardError(guard_message(trip, run.clock, _top_holder(run)), trip)
+        return self._error
 
     def _growth(self, resource: str) -> tuple[float | None, float | None]:
         """(bytes per second, bytes per step) over the last rows; None where unknown. The faster of the
@@ -196,23 +180,22 @@ class MemoryGuard:
             out.append((_COLUMNS[resource], self.share * limit_bytes, f"guard: {_percent(self.share)} of {resource} limit"))
         return out
 
-    def advice(self, ended_by: BaseException | None, session: Watching) -> tuple[str, ...]:
+    def advice(self, ended_by: BaseException | None, clock: str, steps: int) -> tuple[str, ...]:
         """The report's line on what the guard did (nothing when it never tripped)."""
-        return guard_advice(self.trip, self.share, isinstance(ended_by, MemoryGuardError), self.raised,
-                            session.clock, session.steps)
+        return guard_advice(self.trip, self.share, isinstance(ended_by, MemoryGuardError), self.raised, clock, steps)
 
 
-def _top_holder(session: Watching) -> str | None:
+def _top_holder(run: Watching) -> str | None:
     """The fastest-growing holder the scans during the run saw, with its fix if one is known."""
     try:
-        _, suspects = session.holders_so_far()
+        _, suspects = run.holders_so_far()
     except Exception:  # the holders are extra: never let them keep the guard from acting
         suspects = ()
     growing = [s for s in suspects if s.growth_per_step is not None and s.growth_per_step > 0]
     if not growing:
-        return session.live_holder()
+        return run.live_holder()
     top = max(growing, key=lambda s: s.growth_per_step or 0.0)
-    line = f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(session.clock)}, {top.kind}"
+    line = f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(run.clock)}, {top.kind}"
     return f"{line} — fix: {top.fix}" if top.fix else line
 
 

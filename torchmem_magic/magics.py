@@ -16,16 +16,17 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import HTML, display
 
+from .agent.rank import adopt_forked
 from .check import check_roots
+from .flight.recorder import FlightRecorder
 from .forensics import parse_worker_death
+from .leak_finder import LeakSearch
 from .notebook import notebook_roots, recent_sources
+from .options import DEFAULT_INTERVAL_MS, SessionOptions
 from .render.static import figure_img_html
 from .results import report_long_text
-from .flight.recorder import FlightRecorder
-from .agent.rank import adopt_forked
-from .ranks.relay import RelayTimeline
 from .scan.results import Root
-from .session import DEFAULT_INTERVAL_MS, MemwatchSession, active_session
+from .session import MemwatchSession, active_session
 from .step_requests import StopTraining
 
 
@@ -122,18 +123,11 @@ class MemwatchMagics(Magics):
         if args.last:
             raise UsageError("%%memwatch: --last is for the line magic, %memwatch --last")
         recorder = None if args.no_record else FlightRecorder(cell)
+        shell = self.shell
+        search = None if args.no_scan else LeakSearch(lambda: notebook_roots(shell), [cell, *recent_sources(shell)])
         try:
-            session = MemwatchSession(
-                args.interval,
-                device=args.device,
-                shm_path=args.shm_path,
-                roots=None if args.no_scan else (lambda: notebook_roots(self.shell)),
-                sources=[cell, *recent_sources(self.shell)],
-                rank_agent=adopt_forked,
-                timeline=None if recorder is None else RelayTimeline(recorder.outbox),
-                recorder=recorder,
-                guard=args.guard,
-            )
+            options = SessionOptions(args.interval, device=args.device, shm_path=args.shm_path, guard=args.guard)
+            session = MemwatchSession(options, search=search, recorder=recorder, rank_agent=adopt_forked)
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
         plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
@@ -153,7 +147,7 @@ class MemwatchMagics(Magics):
                 from .widgets.live import LiveFigure
 
                 figure = session.listener = LiveFigure()
-                figure.attach(session)
+                figure.attach(session.requests)
                 display(figure.widget_bundle(), raw=True)
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)

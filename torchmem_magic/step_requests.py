@@ -29,6 +29,14 @@ class StepRequests:
         self._stop = threading.Event()
         self._on_error = on_error
         self._raise: BaseException | None = None  # raised at the next step, once
+        self.open = False  # while the run goes on: what is asked then runs at the next step
+
+    def start(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        """The run ended: nothing asked from now on runs at a step."""
+        self.open = False
 
     def request(self, action: Callable[[], None]) -> None:
         self._actions.append(action)

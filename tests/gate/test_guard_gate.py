@@ -21,6 +21,7 @@ from torchmem_magic.hooks import installed_hook_count
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
 from torchmem_magic.sampler import THREAD_NAME
 from torchmem_magic.session import active_session
+from torchmem_magic.options import SessionOptions
 
 MIB = 1 << 20
 STEP_BYTES = 5 * MIB
@@ -129,7 +130,7 @@ def test_the_live_figure_draws_the_threshold_and_the_status_line_warns(monkeypat
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     monkeypatch.setenv(RAM_LIMIT_VARIABLE, str(int(_ram_bytes() / 0.6)))  # RAM at 60% of the limit: 2/3 of 90%
-    with MemwatchSession(10, listener=figure, guard=0.9) as session:
+    with MemwatchSession(SessionOptions(10, guard=0.9), listener=figure) as session:
         for _ in range(40):
             optimizer.zero_grad()
             model(torch.ones(2, 4)).sum().backward()
@@ -138,13 +139,13 @@ def test_the_live_figure_draws_the_threshold_and_the_status_line_warns(monkeypat
     assert session.report is not None and session.report.status == "ok"
     assert figure.guard_lines.visible, (session.guard.levels if session.guard else None, figure.status.value)
     assert list(figure.guard_lines.labels) == ["guard: 90% of RAM limit"]
-    threshold_mib = 0.9 * session.ram_limit.limit_bytes / MIB
+    threshold_mib = 0.9 * session.view.ram_limit.limit_bytes / MIB
     assert np.allclose(figure.guard_lines.y, threshold_mib) and figure.y_scale.max > threshold_mib
     status = figure.status.value.replace("&nbsp;", " ")
     assert re.search(r" · guard: RAM (5|6|7)\d% of \d+\.\d [MG]iB( ·|, 90% in ~)", status), status
 
     monkeypatch.setenv(RAM_LIMIT_VARIABLE, str(_ram_bytes() * 10))  # far below half the threshold: no line
     figure = LiveFigure()
-    with MemwatchSession(10, listener=figure, guard=0.9):
+    with MemwatchSession(SessionOptions(10, guard=0.9), listener=figure):
         time.sleep(0.4)
     assert not figure.guard_lines.visible

@@ -14,6 +14,7 @@ def test_public_api_is_pinned() -> None:
         "MemoryGuardError",
         "MemwatchSession",
         "Report",
+        "SessionOptions",
         "assert_no_leak",
         "clear_crashes",
         "collect_garbage",

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from torchmem_magic import MemwatchSession
+from torchmem_magic.options import SessionOptions
 
 ROWS = 1_000_000
 
@@ -29,7 +30,7 @@ def _advice(as_numpy: bool) -> tuple[str, ...]:
     loader = DataLoader(Rows(as_numpy), batch_size=2048, num_workers=2, persistent_workers=True, shuffle=True)
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    session = MemwatchSession(100)
+    session = MemwatchSession(SessionOptions(100))
     with session:
         for _ in range(3):
             for _batch in loader:

@@ -19,8 +19,9 @@ from torchmem_magic.flight.crashes import crash_records, crash_report, read_reco
 from torchmem_magic.flight.place import ENV_RECORD_DIR, process_alive, process_start_ticks, records_dir
 from torchmem_magic.flight.recorder import FlightRecorder
 from torchmem_magic.forensics import death_explanation
-from torchmem_magic.ranks.relay import RelayTimeline
 from torchmem_magic.scan.results import Root
+from torchmem_magic.leak_finder import LeakSearch
+from torchmem_magic.options import SessionOptions
 
 GIB = 1 << 30
 
@@ -31,8 +32,8 @@ def record_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _recorded_session(recorder: FlightRecorder, **kwargs: object) -> MemwatchSession:
-    return MemwatchSession(10, timeline=RelayTimeline(recorder.outbox), recorder=recorder, **kwargs)  # type: ignore[arg-type]
+def _recorded_session(recorder: FlightRecorder, search: LeakSearch | None = None) -> MemwatchSession:
+    return MemwatchSession(SessionOptions(10), recorder=recorder, search=search)
 
 
 def test_the_records_directory_follows_the_platform_and_the_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -49,7 +50,7 @@ def test_a_run_writes_its_record_as_it_goes_and_removes_it_when_it_ends(record_d
     recorder = FlightRecorder("for step in range(n): ...")
     model = torch.nn.Linear(8, 8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with _recorded_session(recorder, roots=lambda: [Root("kept", "user", "kept", kept)]) as session:
+    with _recorded_session(recorder, LeakSearch(lambda: [Root("kept", "user", "kept", kept)])) as session:
         for _ in range(40):
             model(torch.randn(4, 8)).sum().backward()
             optimizer.step()
@@ -70,7 +71,7 @@ def test_a_run_writes_its_record_as_it_goes_and_removes_it_when_it_ends(record_d
 def test_a_long_run_keeps_a_bounded_file(record_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recorder_module, "MAX_BYTES", 64 << 10)
     recorder = FlightRecorder()  # a timeline of 200 rows at most: what a rewrite holds fits well in 64 KiB
-    session = MemwatchSession(10, timeline=RelayTimeline(recorder.outbox, capacity=200), recorder=recorder, watch_ranks=False)
+    session = MemwatchSession(SessionOptions(10, watch_ranks=False, timeline_rows=200), recorder=recorder)
     session.start()
     try:
         assert session._sampler is not None and recorder.path is not None
@@ -80,7 +81,8 @@ def test_a_long_run_keeps_a_bounded_file(record_dir: Path, monkeypatch: pytest.M
             row["t_s"] = i * 0.1
             session.timeline.by_time.append(row)
             recorder._next_flush_s = 0.0
-            recorder.on_sample(session, i * 0.1)
+            assert session.view is not None
+            recorder.on_sample(session.view, i * 0.1)
         size = recorder.path.stat().st_size
         record = read_record(recorder.path)
     finally:

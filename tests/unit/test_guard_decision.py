@@ -18,9 +18,9 @@ from torchmem_magic.guard import (
     guard_message,
     guard_status,
     guard_trip,
-    parse_guard,
 )
 from torchmem_magic.hooks import TrainingHooks
+from torchmem_magic.options import parse_guard
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE, memory_limit, parse_size
 from torchmem_magic.widgets.live import _guard_lines
 from torchmem_magic.step_requests import StepRequests
@@ -181,21 +181,17 @@ def test_the_figure_draws_a_threshold_once_its_curve_reaches_half_of_it() -> Non
 # ----------------------------------------------------------------------------- the wiring, with a fake CUDA
 
 
-class _FakeSession:
-    """What MemoryGuard reads of a session (the `Watching` protocol)."""
+class _FakeRun:
+    """What MemoryGuard reads of the run it guards (the `Watching` protocol)."""
 
     def __init__(self) -> None:
         self.clock, self.steps, self.elapsed_s = "optimizer", 0, 0.0
-        self.raised: list[BaseException] = []
 
     def holders_so_far(self) -> tuple[dict[str, list[tuple[int, int]]], tuple[()]]:
         return {}, ()
 
     def live_holder(self) -> str | None:
         return "outputs +2.0 GiB/step, tensors"
-
-    def raise_at_step(self, exc: BaseException) -> None:
-        self.raised.append(exc)
 
 
 def test_each_cuda_device_is_held_against_its_own_size() -> None:
@@ -215,23 +211,24 @@ def test_each_cuda_device_is_held_against_its_own_size() -> None:
     )
     probe = AcceleratorProbe(_torch=SimpleNamespace(cuda=cuda))
     guard = MemoryGuard(0.9, MemoryLimit(64 * GIB, "system"), 32 * GIB, probe, interval_s=0.1)
-    session = _FakeSession()
+    session = _FakeRun()
+    raised: list[MemoryGuardError] = []
     for step in range(1, 9):  # device 0 grows 8 GiB every 0.1 s step: 10, 18, ..., 66 GiB
         session.steps, session.elapsed_s = step, step * 0.1
         row = {"t_s": step * 0.1, "step": float(step), "ram_bytes": 8.0 * GIB, "shm_used_bytes": 1.0 * MIB,
                "vram_reserved_bytes": float(sum(reserved.values()))}
-        guard.check(row, session)
-        if session.raised:
+        error = guard.check(row, session)
+        if error is not None:
+            raised.append(error)
             break
         reserved[0] += 8 * GIB
     assert [lv.resource for lv in guard.levels] == ["RAM", "/dev/shm", "VRAM cuda:0", "VRAM cuda:1"]
-    (error,) = session.raised
+    (error,) = raised
     assert isinstance(error, MemoryGuardError) and error.trip is not None
     # at 58 of 80 GiB: the next check and one more step (0.2 s at 80 GiB/s) would take it to 74, past 72
     assert error.trip.level.resource == "VRAM cuda:0" and error.trip.projected and error.trip.horizon_s == pytest.approx(0.2)
     assert reserved[0] == 58 * GIB and sum(reserved.values()) < 0.9 * 160 * GIB
     assert "stopped before CUDA out of memory" in str(error) and "+8.0 GiB/step (+80.0 GiB/s)" in str(error)
     assert str(error).splitlines()[1] == "top holder so far: outputs +2.0 GiB/step, tensors"
-    guard.check(row, session)
-    assert len(session.raised) == 1  # asked once until it is raised
+    assert guard.check(row, session) is None  # asked once until it is raised
     assert guard.thresholds()[-1] == ("vram_reserved_bytes", 0.9 * 160 * GIB, "guard: 90% of VRAM limit")

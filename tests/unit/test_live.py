@@ -8,14 +8,18 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.widgets.live import MAX_POINTS, LiveFigure
-from torchmem_magic.timeline import COLUMNS
+from torchmem_magic.timeline import COLUMNS, Timeline
+from torchmem_magic.options import SessionOptions
+from torchmem_magic.leak_finder import LeakSearch
+
+from idle_views import idle_view
 
 
 def _run(figure: LiveFigure, epochs: int = 2) -> MemwatchSession:
     loader = DataLoader(TensorDataset(torch.randn(16, 8)), batch_size=4)
     model = torch.nn.Linear(8, 8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    session = MemwatchSession(10, listener=figure)
+    session = MemwatchSession(SessionOptions(10), listener=figure)
     with session:
         for _ in range(epochs):
             for (x,) in loader:
@@ -53,13 +57,13 @@ def test_toggle_to_steps_redraws_against_optimizer_steps() -> None:
 
 def test_payload_stays_bounded_for_a_long_run() -> None:
     figure = LiveFigure()
-    session = MemwatchSession(10)
+    timeline = Timeline()
     row = dict.fromkeys(COLUMNS, 1e9)
     for i in range(200_000):  # ~5.5 h at 100 ms
         row["t_s"] = i * 0.1
-        session.timeline.by_time.append(row)
+        timeline.by_time.append(row)
     figure.x_toggle.value = "time"
-    figure._draw(session, final=False)
+    figure._draw(idle_view(timeline), final=False)
     assert len(figure.lines.x) <= MAX_POINTS and np.asarray(figure.lines.y).shape[1] == len(figure.lines.x)
 
 
@@ -69,7 +73,7 @@ def test_status_line_shows_the_verdict_as_it_forms() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     kept = []
     seen = []
-    with MemwatchSession(10, listener=figure):
+    with MemwatchSession(SessionOptions(10), listener=figure):
         for step in range(90):
             optimizer.zero_grad()
             model(torch.randn(4, 8)).sum().backward()
@@ -90,7 +94,7 @@ def test_status_line_names_the_growing_holder_while_the_loop_runs() -> None:
     model = torch.nn.Linear(64, 64)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     namespace = {"outputs": []}  # the holder, where the leak finder looks
-    session = MemwatchSession(10, listener=figure, roots=lambda: torchmem_magic.api._module_roots(namespace))
+    session = MemwatchSession(SessionOptions(10), search=LeakSearch(lambda: torchmem_magic.api._module_roots(namespace)), listener=figure)
     seen = []
     with session:
         for step in range(120):

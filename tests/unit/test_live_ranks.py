@@ -15,10 +15,12 @@ from torchmem_magic.model import LiveStatus
 from torchmem_magic.ranks.feed import RankFeed
 from torchmem_magic.ranks.feed import rank_numbers
 from torchmem_magic.ranks.live import LiveRanks, RankLive, judge_rank, worst_line, worst_live
+from torchmem_magic.render.text import status_line
+from torchmem_magic.timeline import COLUMNS, Timeline
 from torchmem_magic.widgets.live import LiveFigure
 from torchmem_magic.widgets.rank_curves import padded, rank_curves, steps_of_time
-from torchmem_magic.render.text import status_line
-from torchmem_magic.timeline import COLUMNS
+
+from idle_views import idle_view
 
 KIB, MIB = 1024.0, float(1 << 20)
 NAN = float("nan")
@@ -192,17 +194,13 @@ class _Feeds:
 
 
 def _draw(feeds: list[RankFeed] | None) -> LiveFigure:
-    from torchmem_magic import MemwatchSession
-
-    session = MemwatchSession(10)
+    timeline = Timeline()
     row = dict.fromkeys(COLUMNS, 100 * MIB)
     for i in range(20):
         row["t_s"] = i * 0.1
-        session.timeline.by_time.append(row)
-    if feeds is not None:
-        session.ranks = _Feeds(feeds)  # type: ignore[assignment]
+        timeline.by_time.append(row)
     figure = LiveFigure()
-    figure._draw(session, final=False)
+    figure._draw(idle_view(timeline, None if feeds is None else _Feeds(feeds)), final=False)
     return figure
 
 

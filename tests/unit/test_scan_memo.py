@@ -14,6 +14,8 @@ import torchmem_magic.scan.memo as memo_module
 from torchmem_magic import MemwatchSession
 from torchmem_magic.scan.memo import ScanMemo, fingerprints, scan_reusing
 from torchmem_magic.scan.results import Budget, Root
+from torchmem_magic.options import SessionOptions
+from torchmem_magic.leak_finder import LeakSearch
 
 from test_scan import EndlessList, Hostile
 
@@ -126,10 +128,10 @@ def test_sessions_reuse_the_scan_of_unchanged_names_and_still_see_what_the_cell_
     monkeypatch.setattr(memo_module, "scan_roots", lambda roots, budget=None, seen=(): (scanned.append({r.name for r in roots}), real_scan(roots, budget, seen))[1])
     namespace: dict[str, Any] = {"records": [{"id": i} for i in range(20_000)], "outputs": []}
     roots = lambda: [Root(n, "user", n, v) for n, v in namespace.items()]
-    with MemwatchSession(10, roots=roots):
+    with MemwatchSession(SessionOptions(10), search=LeakSearch(roots)):
         pass
     scanned.clear()
-    with MemwatchSession(10, roots=roots) as session:
+    with MemwatchSession(SessionOptions(10), search=LeakSearch(roots)) as session:
         for _ in range(3):
             namespace["outputs"].append(torch.ones(128, 128, requires_grad=True).exp().sum())
     assert scanned == [set(), {"outputs"}]  # nothing changed before the cell; the end scans what grew

@@ -13,6 +13,8 @@ import torchmem_magic
 from torchmem_magic import MemwatchSession, last_report, memwatch
 from torchmem_magic.hooks import installed_hook_count
 from torchmem_magic.sampler import THREAD_NAME
+from torchmem_magic.options import SessionOptions
+from torchmem_magic.leak_finder import LeakSearch
 
 SPEC_KEYS = {
     "schema", "status", "wall_s", "samples", "interval_s", "steps", "epochs", "ram", "heap", "vram",
@@ -85,7 +87,7 @@ def test_the_status_line_quotes_the_rate_the_report_does() -> None:
             kept.append(torch.ones(sizes.randint(1 << 16, 1 << 19)))  # 0.25-2 MiB: an uneven leak
     if w.report.heap is None:
         pytest.skip("no heap counters on this platform")
-    assert w.live_status().heap_per_step == pytest.approx(w.report.heap.per_step_bytes, rel=0.005)
+    assert w.view is not None and w.view.live_status().heap_per_step == pytest.approx(w.report.heap.per_step_bytes, rel=0.005)
 
 
 def test_clean_loop_grows_by_almost_nothing() -> None:
@@ -146,9 +148,9 @@ def test_no_strong_reference_to_user_tensors() -> None:
 def test_bad_arguments() -> None:
     for bad in (0, 0.5, 10_001, float("nan")):
         with pytest.raises(ValueError, match="between 1 and 10000"):
-            MemwatchSession(bad)
+            MemwatchSession(SessionOptions(bad))
     with pytest.raises(ValueError, match="cuda:N"):
-        MemwatchSession(device="tpu:0")
+        MemwatchSession(SessionOptions(device="tpu:0"))
 
 
 def test_prints_text_report_unless_quiet(capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,7 +189,7 @@ def test_very_fast_steps_are_thinned_but_counted_exactly() -> None:
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(2, 4)
-    session = MemwatchSession(100)
+    session = MemwatchSession(SessionOptions(100))
     with session:
         for _ in range(5000):
             optimizer.zero_grad()
@@ -195,7 +197,7 @@ def test_very_fast_steps_are_thinned_but_counted_exactly() -> None:
             optimizer.step()
     steps = list(session.timeline.by_step.column("step"))
     assert session.report is not None and session.report.steps == 5000
-    assert session.sampling.stride > 1 and 12 <= len(steps) < 1000
+    assert session.step_counter.sampling.stride > 1 and 12 <= len(steps) < 1000
     early = sum(1 for s in steps if s <= 64)
     assert early / 64 > 4 * (len(steps) - early) / (5000 - 64)  # dense start, for an early verdict
     assert steps == sorted(set(steps)) and steps[:2] == [1.0, 2.0]
@@ -204,7 +206,7 @@ def test_very_fast_steps_are_thinned_but_counted_exactly() -> None:
 def test_slow_steps_are_all_sampled() -> None:
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    session = MemwatchSession(100)
+    session = MemwatchSession(SessionOptions(100))
     with session:
         for _ in range(12):
             optimizer.zero_grad()
@@ -234,7 +236,7 @@ def test_a_worker_death_raised_into_teardown_neither_loses_the_report_nor_the_er
             raise DEATH
 
     monkeypatch.setattr(Sampler, "stop", interrupted_stop)
-    session = MemwatchSession(10).start()
+    session = MemwatchSession(SessionOptions(10)).start()
     if ended_by == "the death":
         report = session.stop(DEATH)  # the loop already failed with it: the report explains it, no re-raise
     else:
@@ -260,15 +262,15 @@ def test_requested_actions_run_at_a_step_and_their_failures_stay_out_of_the_loop
     def dying() -> None:  # as if torch's SIGCHLD handler fired while the action ran
         raise RuntimeError("DataLoader worker (pid 4243) is killed by signal: Killed.")
 
-    session = MemwatchSession(10)
+    session = MemwatchSession(SessionOptions(10))
     with pytest.raises(RuntimeError, match="pid 4243"):
         with session:
             for step in range(1, 50):
                 if step == 5:
-                    session.request(lambda: ran_at.append(session.steps))
-                    session.request(broken)
+                    session.requests.request(lambda: ran_at.append(session.steps))
+                    session.requests.request(broken)
                 if step == 20:
-                    session.request(dying)
+                    session.requests.request(dying)
                 _step(model, optimizer)
     assert ran_at == [5]  # at the step boundary after the request
     assert "a button's action failed" in (session._hooks.errors.last)  # kept, not raised
@@ -289,9 +291,41 @@ def test_an_interrupt_during_the_scan_before_the_run_leaves_nothing_behind() -> 
     pattern = os.path.join(tempfile.gettempdir(), f"torchmem_magic-{os.getpid()}-*")
     threads = set(threading.enumerate())
     with pytest.raises(KeyboardInterrupt):
-        MemwatchSession(10, roots=interrupted_roots).start()
+        MemwatchSession(SessionOptions(10), search=LeakSearch(interrupted_roots)).start()
     assert glob.glob(pattern) == []  # the ranks' socket and its directory are gone
     assert set(threading.enumerate()) == threads and active_session() is None
     with memwatch(10, quiet=True, scan=False) as w:
         pass
     assert w.report is not None and w.report.status == "ok"
+
+
+def test_listeners_get_a_read_only_view_of_the_run_not_the_session() -> None:
+    """The live figure, a rank's stream, the recorder and the guard read the run through a LiveView:
+    what it offers reads, and nothing on it starts, stops, steps or queues anything."""
+    from torchmem_magic.live_view import LiveView
+
+    seen: list[object] = []
+
+    class Recording:
+        tick_period_s, tick_cpu_share = 0.01, None
+
+        def on_tick(self, view: LiveView) -> None:
+            seen.append(view)
+
+        def on_finish(self, view: LiveView, report: object) -> None:
+            seen.append((view, report))
+
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with MemwatchSession(SessionOptions(10), listener=Recording()) as session:
+        for _ in range(5):
+            _step(model, optimizer)
+            time.sleep(0.02)
+    views = {id(v if isinstance(v, LiveView) else v[0]) for v in seen}  # type: ignore[index]
+    assert len(views) == 1 and isinstance(seen[0], LiveView) and seen[-1] == (session.view, session.report)
+    view = session.view
+    assert view is not None and view.steps == 5 and view.clock == "optimizer" and view.report is session.report
+    public = {name for name in dir(LiveView) if not name.startswith("_")}
+    assert not public & {"start", "stop", "tick", "request", "request_stop", "raise_at_step", "requests", "pass_started"}
+    with pytest.raises(AttributeError):
+        view.timeline = None  # type: ignore[misc]

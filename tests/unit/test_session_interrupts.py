@@ -20,6 +20,8 @@ from torchmem_magic.hooks import installed_hook_count
 from torchmem_magic.sampler import THREAD_NAME, Sampler
 from torchmem_magic.scan.results import Root
 from torchmem_magic.session import active_session
+from torchmem_magic.options import SessionOptions
+from torchmem_magic.leak_finder import LeakSearch
 
 
 def _left_behind() -> list[Any]:
@@ -45,7 +47,7 @@ def _interrupt_scan(monkeypatch: pytest.MonkeyPatch, on_call: int) -> None:
 def test_an_interrupt_during_the_end_scan_still_gives_the_report_then_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     _interrupt_scan(monkeypatch, on_call=2)
     big = torch.ones(1 << 16)
-    session = MemwatchSession(10, roots=lambda: [Root("big", "user", "big", big)]).start()
+    session = MemwatchSession(SessionOptions(10), search=LeakSearch(lambda: [Root("big", "user", "big", big)])).start()
     with pytest.raises(KeyboardInterrupt) as raised:
         session.stop()  # the block had ended by itself
     report = session.report
@@ -62,7 +64,7 @@ def test_an_interrupt_during_the_end_scan_still_gives_the_report_then_raises(mon
 
 def test_an_interrupt_during_the_end_scan_after_an_error_keeps_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
     _interrupt_scan(monkeypatch, on_call=2)
-    session = MemwatchSession(10, roots=lambda: []).start()
+    session = MemwatchSession(SessionOptions(10), search=LeakSearch(lambda: [])).start()
     try:
         report = session.stop(ValueError("the loop failed"))  # the block's own error is what the cell raises
     except KeyboardInterrupt:
@@ -73,7 +75,7 @@ def test_an_interrupt_during_the_end_scan_after_an_error_keeps_the_error(monkeyp
 
 def test_an_interrupt_during_the_start_scan_leaves_no_socket_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     _interrupt_scan(monkeypatch, on_call=1)
-    session = MemwatchSession(10, roots=lambda: [])
+    session = MemwatchSession(SessionOptions(10), search=LeakSearch(lambda: []))
     with pytest.raises(KeyboardInterrupt):
         session.start()
     assert not session.running
@@ -94,7 +96,7 @@ def test_an_interrupt_while_the_sampler_is_joined_releases_the_session_and_repor
         real_stop(self, timeout_s)
 
     monkeypatch.setattr(Sampler, "stop", stop)
-    session = MemwatchSession(10).start()
+    session = MemwatchSession(SessionOptions(10)).start()
     with pytest.raises(KeyboardInterrupt):
         session.stop()
     assert session.report is not None and session.report.status == "interrupted"
@@ -139,7 +141,7 @@ def test_a_second_interrupt_while_the_sources_close_neither_loses_the_report_nor
         real_close(self)
 
     monkeypatch.setattr(RankSink, "close", close)
-    session = MemwatchSession(10).start()
+    session = MemwatchSession(SessionOptions(10)).start()
     try:
         report = session.stop(KeyboardInterrupt())  # the first interrupt ended the loop; the cell raises it
     except KeyboardInterrupt:

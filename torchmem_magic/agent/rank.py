@@ -19,8 +19,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..options import SessionOptions
 from ..ranks.protocol import events_message, evidence_fields
-from ..ranks.relay import RelayTimeline
 from ..ranks.settings import RankSettings
 from ..ranks.transport import Outbox, RankSender
 from ..scan.results import Root
@@ -28,6 +28,7 @@ from ..stack_roots import StackRoots, StackSources
 
 if TYPE_CHECKING:
     from ..hooks import StepClock, TrainingHooks
+    from ..live_view import LiveView
     from ..results import Report
     from ..session import MemwatchSession
 
@@ -102,31 +103,27 @@ class RankAgent:
     def start(self, hooks: TrainingHooks | None = None) -> None:
         """Start the rank's session (adopting `hooks` already installed in this process, if given)
         and arrange for its run to end when the process exits."""
+        from ..leak_finder import LeakSearch
         from ..session import MemwatchSession
 
         settings = self.settings
         sources = list(settings.sources or script_sources())  # the roots add the functions they meet
+        search = None
+        if settings.scan:
+            roots = StackRoots(settings.roots or _no_roots, StackSources(sources))
+            search = LeakSearch(roots, sources, inherited=settings.inherited_scan)
+        options = SessionOptions(settings.interval_ms, shm_path=settings.shm_path, watch_ranks=False, keep_scanned_holders=True)
         self.session = MemwatchSession(
-            settings.interval_ms,
-            shm_path=settings.shm_path,
-            listener=self,
-            roots=StackRoots(settings.roots or _no_roots, StackSources(sources)) if settings.scan else None,
-            sources=sources,
-            timeline=RelayTimeline(self.outbox),
-            adopt_hooks=hooks,
-            watch_ranks=False,
-            keep_scanned_holders=True,
-            rank_agent=adopt_forked,
-            inherited_scan=settings.inherited_scan,
+            options, search=search, listener=self, relay_to=self.outbox, rank_agent=adopt_forked, adopt_hooks=hooks
         )
-        session = self.session
-        session.start()
-        limit = session.ram_limit
+        view = self.session.start().view
+        assert view is not None
+        limit = view.ram_limit
         self._offer({
             "k": "hello", "pid": os.getpid(), "host": socket.gethostname(), **self._identity(),
-            "started_wall_s": session.started_wall_s, "interval_s": session.interval_s,
+            "started_wall_s": view.started_wall_s, "interval_s": view.interval_s,
             "ram_limit_bytes": limit.limit_bytes, "ram_limit_source": limit.source,
-            "heap_available": session.heap_available,
+            "heap_available": view.heap_available,
         })
         self._send_offered()
         atexit.register(self.finish)
@@ -163,38 +160,38 @@ class RankAgent:
         return True
 
     # the session's listener: runs on the rank's sampler thread
-    def on_tick(self, session: MemwatchSession) -> None:
-        if session.elapsed_s - self._devices_sent_s >= DEVICES_PERIOD_S:
-            self._devices_sent_s = session.elapsed_s
-            uuids = session.device_uuids()
+    def on_tick(self, view: LiveView) -> None:
+        if view.elapsed_s - self._devices_sent_s >= DEVICES_PERIOD_S:
+            self._devices_sent_s = view.elapsed_s
+            uuids = view.device_uuids()
             if uuids:
                 self._offer({"k": "devices", "pid": os.getpid(), "cuda": uuids})
-        tracker_scans = session.holder_scans_so_far
+        tracker_scans = view.holder_scans_so_far
         if tracker_scans != self._holder_scans_sent:
             self._holder_scans_sent = tracker_scans
-            series, suspects = session.holders_so_far()
+            series, suspects = view.holders_so_far()
             self._offer({
                 "k": "holders", "pid": os.getpid(),
                 "series": {name: [list(p) for p in points] for name, points in series.items()},
                 "suspects": [s.to_dict() for s in suspects],
             })
         if self._send_offered():
-            self._flush(session)
+            self._flush(view)
 
-    def on_finish(self, session: MemwatchSession, report: Report) -> None:
+    def on_finish(self, view: LiveView, report: Report) -> None:
         pass  # `finish` sends the rest once the report (and so the evidence) exists
 
-    def _events_message(self, session: MemwatchSession, events: list[Any]) -> dict[str, Any]:
+    def _events_message(self, view: LiveView, events: list[Any]) -> dict[str, Any]:
         return events_message(
-            os.getpid(), session.clock, session.clock_counts, session.elapsed_s, self.outbox.dropped, events,
+            os.getpid(), view.clock, view.clock_counts, view.elapsed_s, self.outbox.dropped, events,
             **self._identity(),
         )
 
-    def _flush(self, session: MemwatchSession) -> None:
+    def _flush(self, view: LiveView) -> None:
         """Send the queued events, a datagram of up to 200 at a time; what does not go out waits."""
         while len(self.outbox):
             events = self.outbox.take()
-            if not self.sender.send(self._events_message(session, events)):
+            if not self.sender.send(self._events_message(view, events)):
                 self.outbox.put_back(events)
                 return
 
@@ -217,8 +214,9 @@ class RankAgent:
             session.stop(self._own_exception())
         finally:
             delivered = self._send_offered(patiently=True)
-            while len(self.outbox) and delivered:  # the last rows (at most 2 s when the watcher lags)
-                delivered = self.sender.send_patiently(self._events_message(session, self.outbox.take()))
+            view = session.view
+            while len(self.outbox) and delivered and view is not None:  # the last rows (at most 2 s when the watcher lags)
+                delivered = self.sender.send_patiently(self._events_message(view, self.outbox.take()))
             if session.evidence is not None and delivered:
                 self.sender.send_patiently({
                     "k": "final", "pid": os.getpid(), **self._identity(),

@@ -33,15 +33,20 @@ if TYPE_CHECKING:
 
 
 class RecordedSession(Protocol):
-    """What the recorder reads from the session it records (a MemwatchSession)."""
+    """What the recorder reads of the run it records (the session's live view)."""
 
-    started_wall_s: float
-    interval_s: float
-    shm_path: str
-    timeline: Timeline
-    clock: Clock
-    clock_counts: dict[Clock, int]
-
+    @property
+    def started_wall_s(self) -> float: ...
+    @property
+    def interval_s(self) -> float: ...
+    @property
+    def shm_path(self) -> str: ...
+    @property
+    def timeline(self) -> Timeline: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def clock_counts(self) -> dict[Clock, int]: ...
     @property
     def ram_limit(self) -> MemoryLimit: ...
     @property

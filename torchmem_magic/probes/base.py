@@ -7,7 +7,7 @@ cannot give now is NaN (a float column stays a float column); nothing else means
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,6 +43,19 @@ class ErrorCount:
 
     def summary(self) -> SourceErrors | None:
         return SourceErrors(self.source, self.count, self.last) if self.count else None
+
+
+def merged_errors(counts: Sequence[ErrorCount]) -> tuple[SourceErrors, ...]:
+    """One summary per source, however many readers counted its failures."""
+    merged: dict[str, SourceErrors] = {}
+    for summary in (count.summary() for count in counts):
+        if summary is None:
+            continue
+        seen = merged.get(summary.source)
+        merged[summary.source] = summary if seen is None else SourceErrors(
+            summary.source, seen.count + summary.count, summary.last or seen.last
+        )
+    return tuple(merged.values())
 
 
 class ProbeReader:

@@ -20,7 +20,7 @@ from ..units import format_bytes
 
 if TYPE_CHECKING:
     from ..results import Report
-    from ..session import MemwatchSession
+    from ..step_requests import StepRequests
 
 
 def mid_run_clicks_possible() -> bool:
@@ -50,7 +50,7 @@ class Controls:
     """The row of buttons and the line that says what the last action did."""
 
     def __init__(self) -> None:
-        self._session: MemwatchSession | None = None
+        self._requests: StepRequests | None = None  # while a run goes on
         self._suspects: tuple[Any, ...] = ()
         # one layout and one style for all buttons, one of each for the text lines (the empty layout also
         # for the box): every widget, a style or layout too, is a model the kernel opens a comm for, and
@@ -91,12 +91,13 @@ class Controls:
         ], layout=text_layout)
 
     # --------------------------------------------------------------- session lifecycle
-    def attach(self, session: MemwatchSession) -> None:
-        self._session = session
+    def attach(self, requests: StepRequests) -> None:
+        """Clicks during the run go to `requests`, which the session runs at the next step."""
+        self._requests = requests
         self.stop_button.disabled = False
 
     def finish(self, report: Report) -> None:
-        self._session = None
+        self._requests = None
         self._suspects = report.suspects
         self.stop_button.disabled = True
         info = actions.sharing_info(workers=report.workers.max_count if report.workers else 0)
@@ -112,17 +113,17 @@ class Controls:
         return result
 
     def _act(self, action: Callable[[], Any]) -> None:
-        session = self._session
-        if session is not None and session.running:
+        requests = self._requests
+        if requests is not None and requests.open:
             self._show("queued: runs at the next step")
-            session.request(lambda: self._show(str(action())))
+            requests.request(lambda: self._show(str(action())))
         else:
             self._show(str(action()))
 
     def _stop(self) -> None:
-        session = self._session
-        if session is not None and session.running:
-            session.request_stop()
+        requests = self._requests
+        if requests is not None and requests.open:
+            requests.request_stop()
             self._show("stopping at the next step")
 
     def _on_strategy(self, change: Any) -> None:

@@ -27,7 +27,8 @@ from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
 
 if TYPE_CHECKING:
     from ..results import Report
-    from ..session import MemwatchSession
+    from ..live_view import LiveView
+    from ..step_requests import StepRequests
 
 MIB, GIB = float(1 << 20), float(1 << 30)
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
@@ -111,7 +112,7 @@ class LiveFigure:
     tick_cpu_share: float | None = 0.004  # ... and fewer when a redraw costs more than 0.4% of the time between two
 
     def __init__(self, title: str = "memwatch") -> None:
-        self._session: MemwatchSession | None = None
+        self._view: LiveView | None = None  # the last run drawn (the x-axis toggle redraws it)
         self._lock = threading.Lock()  # the final draw and a late tick never interleave
         self.updates = 0
         self.x_scale = bqplot.LinearScale()
@@ -203,48 +204,47 @@ class LiveFigure:
             "text/plain": "memwatch live figure (shown while a kernel runs it; the static figure below is what stays)",
         }
 
-    def attach(self, session: MemwatchSession) -> None:
-        """Called on the main thread before the session starts: the buttons can reach it."""
-        self._session = session
-        self.controls.attach(session)
+    def attach(self, requests: StepRequests) -> None:
+        """Called on the main thread before the session starts: the buttons' clicks go to `requests`."""
+        self.controls.attach(requests)
 
     # ---------------------------------------------------------------- Listener
-    def on_tick(self, session: MemwatchSession) -> None:
-        self._session = session
-        self._draw(session, final=False)
+    def on_tick(self, view: LiveView) -> None:
+        self._view = view
+        self._draw(view, final=False)
 
-    def on_finish(self, session: MemwatchSession, report: Report) -> None:
-        self._session = session
-        self._draw(session, final=True, report=report)
+    def on_finish(self, view: LiveView, report: Report) -> None:
+        self._view = view
+        self._draw(view, final=True, report=report)
         self.controls.finish(report)
 
     def _on_toggle(self, change: Any) -> None:
-        session = self._session
-        if session is not None and not session.running:  # while running, the next tick redraws
-            self._draw(session, final=True, report=session.report)
+        view = self._view
+        if view is not None and not view.running:  # while running, the next tick redraws
+            self._draw(view, final=True, report=view.report)
 
     # ---------------------------------------------------------------- drawing
-    def _rank_curves(self, session: MemwatchSession, by_steps: bool) -> tuple[RankCurves | None, Any]:
+    def _rank_curves(self, view: LiveView, by_steps: bool) -> tuple[RankCurves | None, Any]:
         """The ranks' curves and the worst rank's feed (None, None without ranks)."""
-        feeds = session.ranks.snapshot() if session.ranks is not None else []
+        feeds = view.rank_feeds()
         if not feeds:
             return None, None
         numbers = rank_numbers(feeds)
-        worst = worst_live(session.live_ranks())
+        worst = worst_live(view.live_ranks())
         worst_pid = worst.pid if worst is not None else None
         curves = rank_curves(feeds, numbers, worst_pid, by_steps)
         return curves, next((f for f in feeds if f.pid == worst_pid), feeds[0])
 
-    def _draw(self, session: MemwatchSession, final: bool, report: Report | None = None) -> None:
+    def _draw(self, view: LiveView, final: bool, report: Report | None = None) -> None:
         by_steps = self.x_toggle.value == "steps"
-        text = status_line(session.live_status())
+        text = status_line(view.live_status())
         if final and report is not None:
             text = f"{report.status} · {text}"
-        ranks, worst_feed = self._rank_curves(session, by_steps)
-        launcher = ranks is not None and session.clock == "time"  # the ranks train; this process launched them
+        ranks, worst_feed = self._rank_curves(view, by_steps)
+        launcher = ranks is not None and view.clock == "time"  # the ranks train; this process launched them
         # without steps of its own, the tree's curves go on the steps axis at the worst rank's steps
         mapped = by_steps and launcher
-        series: DecimatingSeries = session.timeline.by_step if by_steps and not mapped else session.timeline.by_time
+        series: DecimatingSeries = view.timeline.by_step if by_steps and not mapped else view.timeline.by_time
         x_name = "step" if by_steps and not mapped else "t_s"
         data = series.columns(x_name, *(c for c, _, _ in CURVES))
         x_all = np.frombuffer(data[x_name], dtype=np.float64)
@@ -256,11 +256,11 @@ class LiveFigure:
         x = _decimate(x_all)
         visible = _visible_curves(columns, launcher)
         peak = max((float(np.nanmax(columns[c])) for c, _, _ in visible), default=0.0)
-        guard = _guard_lines(session.guard.thresholds(), columns) if session.guard is not None and x_all.size else []
+        guard = _guard_lines(view.guard_thresholds(), columns) if x_all.size else []
         peak = max([peak, *(threshold for threshold, _, _ in guard)])
         unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
         curves = [(_decimate(columns[c]) / unit, label, colour) for c, label, colour in visible]
-        markers = [step if by_steps else t_s for t_s, step in session.epoch_markers()]
+        markers = [step if by_steps else t_s for t_s, step in view.epoch_markers()]
         with self._lock:
             with self.lines.hold_sync():
                 if curves:
@@ -278,7 +278,7 @@ class LiveFigure:
             self.y_scale.max = _y_max(peak, unit, len(curves) + len(guard))
             self.y_axis.label = unit_name
             _show_epochs(self.epoch_lines, markers)
-            self.x_axis.label = self._x_label(session, by_steps, worst_feed if mapped else None)
+            self.x_axis.label = self._x_label(view, by_steps, worst_feed if mapped else None)
             if ranks is not None:
                 self._draw_ranks(ranks, by_steps, worst_feed)
             # wrap only between the " · " separated parts, never inside one ("shm 0 B")
@@ -288,12 +288,12 @@ class LiveFigure:
 
 
     @staticmethod
-    def _x_label(session: MemwatchSession, by_steps: bool, worst_feed: Any) -> str:
+    def _x_label(view: LiveView, by_steps: bool, worst_feed: Any) -> str:
         if not by_steps:
             return "time (s)"
         if worst_feed is not None:
             return f"{STEP_AXIS_LABELS.get(worst_feed.clock, 'step')} (worst rank)"
-        return STEP_AXIS_LABELS.get(session.clock, "step")
+        return STEP_AXIS_LABELS.get(view.clock, "step")
 
     def _draw_ranks(self, ranks: RankCurves, by_steps: bool, worst_feed: Any) -> None:
         """The ranks' panel (under the lock, on the one writer thread)."""

@@ -1,0 +1,191 @@
+"""The leak finder of one run: what each name held before it (the baseline), the bounded scans between
+steps during it (`HolderTracker`), and the suspects at its end. It owns the user's roots provider and
+lets go of it when the run ends, so nothing of the user's is kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .holder_tracking import CHEAP_OBJECTS, HolderTracker
+from .holders import first_named_step, holder_trend, live_holder_line, with_trends
+from .model import Suspect
+from .ranks.settings import StartScan
+from .scan.memo import ScanMemo, scan_reusing
+from .scan.results import Budget, Root
+from .scan.scanner import scan_roots
+from .suspects import baseline_of, suspects_from_scan, suspects_from_stats
+
+START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals are needed
+END_SCAN_BUDGET = Budget(time_s=1.0)
+#: the end-of-cell scan reuses the last scan of a name unchanged since only when scanning it again would
+#: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
+REUSE_MIN_OBJECTS = 2_000
+
+HolderSeries = dict[str, list[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class LeakSearch:
+    """Where a run's leak finder looks, and in which code a holder's fix line is looked for.
+
+    Args:
+        roots: the places to scan (called before, during and at the end of the run).
+        sources: code that may hold the fix line; the list itself is kept, so a roots provider can
+            add the source of functions it finds running during the run.
+        inherited: the scan before the run of the watcher this process was forked from (a rank then
+            neither collects garbage nor scans again what that scan saw).
+    """
+
+    roots: Callable[[], list[Root]]
+    sources: list[str] = field(default_factory=list)
+    inherited: StartScan | None = None
+
+
+def _autograd_sequence_nr() -> int:
+    """The number autograd gives the next node made on this thread (nodes are numbered as created)."""
+    import torch
+
+    with torch.enable_grad():
+        node = (torch.zeros(1, requires_grad=True) * 1).grad_fn
+    try:
+        return int(node._sequence_nr()) if node is not None else 0
+    except Exception:
+        return 0
+
+
+class LeakFinder:
+    """One run's scans (see the module's docstring); `memo` carries names' scans from run to run."""
+
+    def __init__(self, search: LeakSearch, memo: ScanMemo, keep_scanned_holders: bool) -> None:
+        self._search = search
+        self._roots: Callable[[], list[Root]] | None = search.roots
+        self.sources = search.sources
+        self._inherited = search.inherited
+        self._memo = memo
+        self._keep_scanned = keep_scanned_holders
+        self.start_scan: StartScan | None = None
+        self._baseline: dict[str, int] = {}
+        self._tracker: HolderTracker | None = None
+        self._final_series: HolderSeries = {}
+        self.first_named_step: int | None = None  # when the live status line first named a holder
+        self._scans, self._spent_s = 0, 0.0  # kept once the tracker is let go
+        self._live_line: tuple[int, str | None] = (-1, None)  # (scans it was computed at, the line)
+
+    @property
+    def inherits_scan(self) -> bool:
+        return self._inherited is not None
+
+    def start(self) -> None:
+        """What each name holds before the run; with an inherited scan, only the names that scan did
+        not see (a rank's training function's locals)."""
+        assert self._roots is not None
+        inherited = self._inherited
+        roots = self._roots()
+        if inherited is None:
+            before = scan_reusing(self._memo, roots, START_SCAN_BUDGET)
+            cost_s = max(before.elapsed_s, self._memo.full_scan_cost_s)
+        else:
+            before = scan_roots([r for r in roots if r.name not in inherited.baseline], START_SCAN_BUDGET)
+        del roots
+        cheap = frozenset(
+            s.name for s in before.roots if s.objects + s.plain_objects < CHEAP_OBJECTS and not s.truncated
+        )
+        if inherited is None:
+            self.start_scan = StartScan(baseline_of(before), cheap, cost_s)
+        else:
+            self.start_scan = StartScan(
+                {**inherited.baseline, **baseline_of(before)}, inherited.cheap | cheap, inherited.cost_s
+            )
+        self._baseline = dict(self.start_scan.baseline)
+        self._tracker = HolderTracker(
+            self._roots, self._baseline, set(self.start_scan.cheap), self.start_scan.cost_s,
+            sequence_floor=_autograd_sequence_nr(),
+        )
+
+    def forked_search(self) -> dict[str, Any]:
+        """What a rank forked from this process looks for (RankSettings' fields): the same roots, the
+        sources known so far, and this scan before the run, so that it is not made again there."""
+        return {"roots": self._search.roots, "sources": tuple(self.sources), "inherited_scan": self.start_scan}
+
+    # ---------------------------------------------------------------- during the run (training thread)
+    def at_step(self, step: int) -> None:
+        """Cheap unless a scan is due: then the holders are measured now, between two steps."""
+        tracker = self._tracker
+        if tracker is not None and tracker.due(step):
+            tracker.scan(step)
+
+    def restart(self) -> None:
+        """A better step clock replaced the current one: the steps recorded so far mean something else."""
+        if self._tracker is not None:
+            self._tracker.restart()
+
+    # ---------------------------------------------------------------- the end
+    def finish(self, scan: bool = True) -> tuple[Suspect, ...]:
+        """The suspects at the end (largest first), then let go of the roots; `scan=False` (an
+        interrupt while the end scan ran): none."""
+        tracker = self._tracker
+        try:
+            if tracker is not None:
+                self._final_series = tracker.snapshot()
+                self.first_named_step = first_named_step(self._final_series)
+            if not scan or self._roots is None:
+                return ()
+            tracked = tracker.tracked() if tracker is not None else set()
+            # the names cheap to scan are scanned again, whatever their fingerprint says
+            result = scan_reusing(
+                self._memo, self._roots(), END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS
+            )
+            found = suspects_from_scan(result, self.sources, self._baseline)
+            if self._keep_scanned and tracker is not None:
+                names = {s.name for s in found}
+                gone = [stats for stats in tracker.measured() if stats.name not in names]
+                found = [*found, *suspects_from_stats(gone, self.sources, self._baseline)]
+                found.sort(key=lambda s: -s.retained_bytes)
+            return tuple(found)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Let go of the roots provider (it may reference the user's namespace); idempotent."""
+        if self._tracker is not None:
+            self._scans, self._spent_s = self._tracker.scans, self._tracker.spent_s
+            if not self._final_series:
+                self._final_series = self._tracker.snapshot()
+        self._roots = self._tracker = None
+
+    # ---------------------------------------------------------------- what observers read (any thread)
+    @property
+    def scans(self) -> int:
+        """Scans during the run so far."""
+        return self._tracker.scans if self._tracker is not None else self._scans
+
+    @property
+    def spent_s(self) -> float:
+        """Wall time those scans took (on the training thread)."""
+        return self._tracker.spent_s if self._tracker is not None else self._spent_s
+
+    def series(self) -> HolderSeries:
+        """Each holder's (step, retained bytes) points so far."""
+        return self._tracker.snapshot() if self._tracker is not None else dict(self._final_series)
+
+    def holders_so_far(self) -> tuple[HolderSeries, tuple[Suspect, ...]]:
+        """The holders' series and, as suspects, what the last mid-run scan saw of each."""
+        tracker = self._tracker
+        if tracker is None:
+            return {}, ()
+        series, stats = tracker.snapshot(), tracker.measured()
+        return series, with_trends(tuple(suspects_from_stats(stats, self.sources, self._baseline)), series)
+
+    def live_holder(self, clock: str) -> str | None:
+        """The fastest-growing holder so far ('val_outputs +2.9 MiB/step, autograd graphs'), from the
+        scans during the run; recomputed only after a new scan."""
+        tracker = self._tracker
+        if tracker is None:
+            return self._live_line[1]
+        if tracker.scans != self._live_line[0]:
+            series = tracker.snapshot()
+            trends = [holder_trend(name, points) for name, points in series.items()]
+            self._live_line = (tracker.scans, live_holder_line(trends, tracker.kinds, clock))
+        return self._live_line[1]

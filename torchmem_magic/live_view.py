@@ -1,0 +1,218 @@
+"""A read-only view of a running session, for those who watch it go: the live figure and a rank's
+stream (listeners), the flight recorder and the memory guard. They read the run's parts through it
+and never reach the session itself; the verdict so far is worked out here, at most once a second."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Protocol
+
+from .model import Clock, DeviceMemory, LiveStatus, Suspect
+from .report import LIVE_VERDICT_STEPS, diagnose, live_status, short_verdict
+from .verdict import Diagnosis
+
+if TYPE_CHECKING:
+    from .guard import MemoryGuard
+    from .leak_finder import HolderSeries, LeakFinder
+    from .options import SessionOptions
+    from .probes.bundle import ProbeBundle
+    from .probes.limits import MemoryLimit
+    from .probes.shm import ShmReading
+    from .ranks.feed import RankFeed, RankFeeds
+    from .ranks.live import LiveRanks, RankLive
+    from .results import Report
+    from .steps import RunTime, StepCounter
+    from .timeline import Timeline
+
+LIVE_VERDICT_PERIOD_S = 1.0
+
+
+class Listener(Protocol):
+    """Receives live updates. `on_tick` runs on the sampler thread only (one writer);
+    `on_finish` runs on the caller's thread after the sampler has stopped."""
+
+    tick_period_s: float
+    tick_cpu_share: float | None  # None: every tick_period_s; else as rarely as keeps on_tick under this share
+
+    def on_tick(self, view: LiveView) -> None: ...
+
+    def on_finish(self, view: LiveView, report: Report) -> None: ...
+
+
+class LiveView:
+    """What a session measured so far (any thread may read; only the session writes the parts)."""
+
+    def __init__(
+        self,
+        options: SessionOptions,
+        runtime: RunTime,
+        steps: StepCounter,
+        timeline: Timeline,
+        probes: ProbeBundle,
+        finder: LeakFinder | None,
+        ranks: RankFeeds | None,
+        guard: MemoryGuard | None,
+    ) -> None:
+        self._options, self._runtime, self._steps = options, runtime, steps
+        self._timeline = timeline
+        self._probes, self._finder, self._ranks, self._guard = probes, finder, ranks, guard
+        self._report: Report | None = None
+        self._live: tuple[float, Diagnosis] | None = None  # (when, the live verdict)
+        self._live_ranks: LiveRanks | None = None  # each rank's verdict as it forms
+
+    def _finished(self, report: Report) -> None:
+        """The session's last word: the run is over and judged."""
+        self._report = report
+
+    # ---------------------------------------------------------------- the run
+    @property
+    def timeline(self) -> Timeline:
+        return self._timeline
+
+    @property
+    def running(self) -> bool:
+        return self._runtime.running
+
+    @property
+    def report(self) -> Report | None:
+        """The report, once the run has ended."""
+        return self._report
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._runtime.elapsed_s()
+
+    @property
+    def started_wall_s(self) -> float:
+        return self._runtime.started_wall_s
+
+    @property
+    def interval_s(self) -> float:
+        return self._options.interval_s
+
+    @property
+    def shm_path(self) -> str:
+        return self._options.shm_path
+
+    @property
+    def clock(self) -> Clock:
+        return self._steps.clock
+
+    @property
+    def steps(self) -> int:
+        return self._steps.steps
+
+    @property
+    def clock_counts(self) -> dict[Clock, int]:
+        return self._steps.counts
+
+    def training_loader(self) -> int | None:
+        return self._steps.training_loader(self.timeline)
+
+    def epoch_markers(self) -> list[tuple[float, float]]:
+        """(seconds, step) at which each epoch so far began: the training loader's passes."""
+        clock = self.clock
+        return [(m.t_s, float(m.step_of(clock))) for m in self.timeline.epochs_of(self.training_loader())]
+
+    # ---------------------------------------------------------------- the probes
+    @property
+    def ram_limit(self) -> MemoryLimit:
+        return self._probes.limit
+
+    @property
+    def heap_available(self) -> bool:
+        return self._probes.heap_available
+
+    @property
+    def devices_at_start(self) -> tuple[DeviceMemory, ...]:
+        return self._probes.devices_at_start
+
+    def shm_usage(self) -> ShmReading | None:
+        return self._probes.shm_usage()
+
+    def device_uuids(self) -> list[str]:
+        return self._probes.device_uuids()
+
+    # ---------------------------------------------------------------- the leak finder
+    @property
+    def holder_scans_so_far(self) -> int:
+        return self._finder.scans if self._finder is not None else 0
+
+    def holders_so_far(self) -> tuple[HolderSeries, tuple[Suspect, ...]]:
+        return self._finder.holders_so_far() if self._finder is not None else ({}, ())
+
+    def live_holder(self) -> str | None:
+        return self._finder.live_holder(self.clock) if self._finder is not None else None
+
+    # ---------------------------------------------------------------- the guard and the ranks
+    def guard_thresholds(self) -> list[tuple[str, float, str]]:
+        return self._guard.thresholds() if self._guard is not None else []
+
+    def rank_feeds(self) -> list[RankFeed]:
+        return self._ranks.snapshot() if self._ranks is not None else []
+
+    def live_ranks(self) -> tuple[RankLive, ...]:
+        """Each rank's verdict so far (each recomputed at most once a second), by rank number; once
+        the run ended, as the report judged them."""
+        if self._report is not None and self._report.ranks:
+            from .ranks.live import from_summary
+
+            return tuple(from_summary(r) for r in self._report.ranks)
+        feeds = self.rank_feeds()
+        if not feeds:
+            return ()
+        if self._live_ranks is None:
+            from .ranks.live import LiveRanks
+
+            self._live_ranks = LiveRanks(self._runtime.clock)
+        return self._live_ranks.judge(feeds)
+
+    # ---------------------------------------------------------------- the verdict so far
+    def live_verdict(self, loader: int | None = None) -> Diagnosis | None:
+        """The verdict over the run so far, recomputed at most once a second (sampler thread); None
+        before LIVE_VERDICT_STEPS steps (or samples, for a loop without a step clock). `loader`: the
+        training loader, when the caller knows it already."""
+        enough = self.timeline.by_time.count if self.clock == "time" else self.steps
+        if enough < LIVE_VERDICT_STEPS or self._runtime.started_s is None:
+            return None
+        now = self._runtime.clock()
+        if self._live is None or now - self._live[0] >= LIVE_VERDICT_PERIOD_S:
+            diagnosis = diagnose(
+                self.timeline, self.steps, self.elapsed_s, float(self._probes.limit.limit_bytes),
+                first_pass_batches=self._steps.first_pass_batches, max_points=64,
+                clock=self.clock, loader=self.training_loader() if loader is None else loader,
+            )
+            self._live = (now, diagnosis)
+        return self._live[1]
+
+    def last_live_verdict(self) -> tuple[float, str] | None:
+        """(seconds into the run, the verdict line) of the last live verdict, if one was computed."""
+        live, started_s = self._live, self._runtime.started_s
+        if live is None or started_s is None:
+            return None
+        return live[0] - started_s, short_verdict(live[1])
+
+    def live_status(self) -> LiveStatus:
+        """A snapshot for the live status line."""
+        loader = self.training_loader()
+        status = live_status(
+            self.timeline, self.steps, self.elapsed_s, self._probes.tree.workers, self.live_verdict(loader),
+            clock=self.clock, loader=loader, holder=self.live_holder(),
+        )
+        if self._guard is not None:
+            status = dataclasses.replace(status, guard=self._guard.status_text(self.clock))
+        ranks = self.live_ranks()
+        if not ranks:
+            return status
+        from .ranks.live import worst_line
+
+        stepping = [r for r in ranks if r.clock != "time"]
+        rank_clock = stepping[0].clock if stepping else "optimizer"
+        steps = [r.steps for r in stepping if r.clock == rank_clock]
+        return dataclasses.replace(
+            status,
+            # without steps of its own, this process's verdict is over its seconds: the ranks' says more
+            verdict=status.verdict if self.clock != "time" else None,
+            ranks=len(ranks), rank_steps=(min(steps), max(steps)) if steps else None, rank_clock=rank_clock,
+            worst_rank=worst_line(ranks),
+        )
