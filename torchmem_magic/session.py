@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import resources
 from .forensics import parse_worker_death
 from .guard import MemoryGuard, parse_guard
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
@@ -67,7 +68,7 @@ END_SCAN_BUDGET = Budget(time_s=1.0)
 #: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
 REUSE_MIN_OBJECTS = 2_000
 #: columns a step sample copies from the last background reading (too slow to read at every step)
-SLOW_COLUMNS = ("workers_bytes", "workers", "shm_used_bytes")
+SLOW_COLUMNS = tuple(r.column for r in resources.RESOURCES if r.slow)
 
 
 class Listener(Protocol):
