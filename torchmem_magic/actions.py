@@ -152,14 +152,13 @@ def _measured(name: str, action: Callable[[], str]) -> ActionResult:
     return ActionResult(name, heap0, heap1, rss0, rss1, alloc0, alloc1, res0, res1, note)
 
 
-def collect_garbage() -> ActionResult:
-    """`gc.collect()`, and `torch.cuda.empty_cache()` when CUDA is already initialised."""
+def collect_garbage(accelerator: AcceleratorProbe | None = None) -> ActionResult:
+    """`gc.collect()`, then the empty_cache() of the accelerator in use (CUDA, MPS, ...) when the user's
+    code has initialised one (`accelerator`: the probe to ask, every device by default)."""
 
     def run() -> str:
         found = gc.collect()
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        (accelerator or AcceleratorProbe()).empty_cache()
         return f"{found} unreachable objects collected"
 
     return _measured("gc + empty_cache", run)
