@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from .resources import VRAM, VRAM_RESERVED
 from .notebook import is_numbered_output
 from .probes.accelerator import AcceleratorProbe
 from .probes.heap import HeapProbe
@@ -136,7 +137,7 @@ class ActionResult:
 def _snapshot() -> tuple[int | None, int, int | None, int | None]:
     heap = HeapProbe().heap_bytes()
     vram = AcceleratorProbe().read()
-    allocated, reserved = vram["vram_allocated_bytes"], vram["vram_reserved_bytes"]
+    allocated, reserved = vram[VRAM.column], vram[VRAM_RESERVED.column]
     return (
         None if heap != heap else int(heap),
         psutil.Process().memory_info().rss,
