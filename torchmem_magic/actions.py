@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from .resources import VRAM, VRAM_RESERVED
 from .notebook import is_numbered_output
 from .probes.accelerator import AcceleratorProbe
 from .probes.heap import HeapProbe
@@ -136,7 +137,7 @@ class ActionResult:
 def _snapshot() -> tuple[int | None, int, int | None, int | None]:
     heap = HeapProbe().heap_bytes()
     vram = AcceleratorProbe().read()
-    allocated, reserved = vram["vram_allocated_bytes"], vram["vram_reserved_bytes"]
+    allocated, reserved = vram[VRAM.column], vram[VRAM_RESERVED.column]
     return (
         None if heap != heap else int(heap),
         psutil.Process().memory_info().rss,
@@ -152,14 +153,13 @@ def _measured(name: str, action: Callable[[], str]) -> ActionResult:
     return ActionResult(name, heap0, heap1, rss0, rss1, alloc0, alloc1, res0, res1, note)
 
 
-def collect_garbage() -> ActionResult:
-    """`gc.collect()`, and `torch.cuda.empty_cache()` when CUDA is already initialised."""
+def collect_garbage(accelerator: AcceleratorProbe | None = None) -> ActionResult:
+    """`gc.collect()`, then the empty_cache() of the accelerator in use (CUDA, MPS, ...) when the user's
+    code has initialised one (`accelerator`: the probe to ask, every device by default)."""
 
     def run() -> str:
         found = gc.collect()
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        (accelerator or AcceleratorProbe()).empty_cache()
         return f"{found} unreachable objects collected"
 
     return _measured("gc + empty_cache", run)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import resources
 from .step_requests import RaisedAtStep
 from .units import format_bytes, format_duration, rate_unit
 from .verdict import robust_slope
@@ -62,10 +63,11 @@ class MemoryGuardError(MemoryError, RaisedAtStep):
         return (MemoryGuardError, (str(self),))
 
 
-#: resource -> (the row's column, what happens at its limit)
-_RAM, _SHM, _VRAM = "RAM", "/dev/shm", "VRAM"
-_AT_LIMIT = {_RAM: "the OOM killer", _SHM: "a DataLoader worker's bus error", _VRAM: "CUDA out of memory"}
-_COLUMNS = {_RAM: "ram_bytes", _SHM: "shm_used_bytes", _VRAM: "vram_reserved_bytes"}
+#: the watched resources, the host's first, then the devices' (one level per device)
+_WATCHED = sorted((r for r in resources.RESOURCES if r.guard_name is not None), key=lambda r: r.kind == "device")
+_AT_LIMIT = {r.guard_name: r.stopped_before for r in _WATCHED}  # what happens at its limit
+_COLUMNS = {r.guard_name: r.column for r in _WATCHED}
+_DEVICES = next((r.guard_name for r in _WATCHED if r.kind == "device"), None)  # the devices' levels' prefix
 
 
 class MemoryGuard:
@@ -95,15 +97,22 @@ class MemoryGuard:
     def check(self, row: dict[str, float], run: Watching) -> MemoryGuardError | None:
         """Sampler thread: judge this row; on a trip, the MemoryGuardError the next step is to raise
         (None: nothing to raise, or one asked for already and not raised yet)."""
-        used = {_RAM: row.get("ram_bytes", math.nan), _SHM: row.get("shm_used_bytes", math.nan)}
-        limits = {_RAM: (float(self._ram_limit.limit_bytes), self._ram_limit.source)}
-        if self._shm_total_bytes:
-            limits[_SHM] = (float(self._shm_total_bytes), "its size")
-        if not math.isnan(row.get("vram_reserved_bytes", math.nan)):
-            for name, reserved_bytes, total_bytes in self._accelerator.reserved_by_device():
-                used[f"{_VRAM} {name}"] = float(reserved_bytes)
-                if total_bytes:
-                    limits[f"{_VRAM} {name}"] = (float(total_bytes), "the device's size")
+        used: dict[str, float] = {}
+        limits: dict[str, tuple[float, str]] = {}
+        for watched in _WATCHED:
+            name = watched.guard_name or watched.key
+            if watched.kind == "device":
+                if not math.isnan(row.get(watched.column, math.nan)):
+                    for device, reserved_bytes, total_bytes in self._accelerator.reserved_by_device():
+                        used[f"{name} {device}"] = float(reserved_bytes)
+                        if total_bytes:
+                            limits[f"{name} {device}"] = (float(total_bytes), "the device's size")
+                continue
+            used[name] = row.get(watched.column, math.nan)
+            if watched.limit == "ram":
+                limits[name] = (float(self._ram_limit.limit_bytes), self._ram_limit.source)
+            elif watched.limit == "shm" and self._shm_total_bytes:
+                limits[name] = (float(self._shm_total_bytes), "its size")
         t_s, step = row.get("t_s", math.nan), row.get("step", math.nan)
         self._rows.append((t_s, step, used))
         while len(self._rows) > 2 and t_s - self._rows[0][0] > RATE_WINDOW_S:
@@ -173,10 +182,10 @@ class MemoryGuard:
         """(column, bytes, label) of each line the live figure may draw: the share of RAM's and
         /dev/shm's limits, and of the watched devices' sizes summed (the figure draws their sum)."""
         out = []
-        vram = [lv for lv in self.levels if lv.resource.startswith(_VRAM)]
-        for level in [lv for lv in self.levels if not lv.resource.startswith(_VRAM)] + vram[:1]:
+        vram = [lv for lv in self.levels if _DEVICES is not None and lv.resource.startswith(_DEVICES)]
+        for level in [lv for lv in self.levels if lv not in vram] + vram[:1]:
             limit_bytes = sum(lv.limit_bytes for lv in vram) if level in vram else level.limit_bytes
-            resource = _VRAM if level in vram else level.resource
+            resource = (_DEVICES or "") if level in vram else level.resource
             out.append((_COLUMNS[resource], self.share * limit_bytes, f"guard: {_percent(self.share)} of {resource} limit"))
         return out
 

@@ -29,14 +29,16 @@ from .model import (
     VramSummary,
     WorkerSummary,
 )
+from . import resources
 from .merge import with_ranks
+from .resources import HEAP, RAM, SHM, VRAM, VRAM_RESERVED, WORKERS
 from .results import Report
 from .timeline import NAN, DecimatingSeries, Timeline
 from .verdict import Diagnosis, Series, decide, robust_slope
 
 LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
-#: the step-aligned column each resource's "growth per step" is measured on
-RATE_COLUMNS = {"ram": "ram_bytes", "heap": "heap_bytes", "vram": "vram_allocated_bytes", "shm": "shm_used_bytes"}
+#: the step-aligned column each resource that can leak has its "growth per step" measured on
+RATE_COLUMNS = {r.key: r.column for r in resources.RESOURCES if r.leak_rank is not None}
 
 
 @dataclass(frozen=True)
@@ -133,25 +135,25 @@ def diagnose(
     """The leak detector over every resource the run measured, against the steps of `clock`
     (the step-aligned series), or against seconds when the loop had no step clock at all."""
     source, x_name = (timeline.by_time, "t_s") if clock == "time" else (timeline.by_step, "step")
-    columns = source.columns(
-        x_name, "heap_bytes", "ram_bytes", "rss_bytes", "workers_bytes", "vram_allocated_bytes",
-        "vram_reserved_bytes", "shm_used_bytes",
-    )
+    judged = [r for r in resources.RESOURCES if r.judged]
+    columns = source.columns(x_name, *(r.column for r in judged))
     step_x = columns[x_name]
-    heap, ram = columns["heap_bytes"], columns["ram_bytes"]
+    limits = {"ram": ram_limit_bytes, "device": vram_limit_bytes, "shm": shm_limit_bytes}
+    heap, ram = columns[HEAP.column], columns[RAM.column]
     # the OOM killer counts resident memory: heap growth exhausts the headroom RSS has left
     rss_above_heap = ram[-1] - heap[-1] if len(heap) and not math.isnan(heap[-1]) else 0.0
-    series = [
-        Series("heap", step_x, heap, ram_limit_bytes - rss_above_heap),
-        Series("ram", step_x, ram, ram_limit_bytes),
-        Series("rss", step_x, columns["rss_bytes"], ram_limit_bytes),
-    ]
-    worker_x, worker_bytes = _readings(step_x, columns["workers_bytes"])
-    if worker_x:  # from the first reading on: workers appearing is not growth
-        series.append(Series("workers", worker_x, worker_bytes, ram_limit_bytes))
-    series.append(Series("vram", step_x, columns["vram_allocated_bytes"], vram_limit_bytes))
-    series.append(Series("vram_reserved", step_x, columns["vram_reserved_bytes"], vram_limit_bytes))
-    series.append(Series("shm", step_x, columns["shm_used_bytes"], shm_limit_bytes))
+    series = []
+    for resource in judged:
+        limit = None if resource.limit is None else limits[resource.limit]
+        if resource.key == HEAP.key:
+            limit = ram_limit_bytes - rss_above_heap
+        xs: Sequence[float] = step_x
+        values: Sequence[float] = columns[resource.column]
+        if resource.sparse:  # from its first reading on: workers appearing is not growth
+            xs, values = _readings(xs, values)
+            if not xs:
+                continue
+        series.append(Series(resource.key, xs, values, limit))
     if clock == "time":
         steps_per_s: float | None = 1.0  # a step is a second
     else:
@@ -232,11 +234,11 @@ def live_status(
         elapsed_s=elapsed_s,
         steps=steps,
         epochs=timeline.epoch_count(loader),
-        ram_bytes=by_time.last_value("ram_bytes"),
-        heap_bytes=by_time.last_value("heap_bytes"),
-        vram_allocated_bytes=by_time.last_value("vram_allocated_bytes"),
-        vram_reserved_bytes=by_time.last_value("vram_reserved_bytes"),
-        shm_used_bytes=by_time.last_value("shm_used_bytes"),
+        ram_bytes=by_time.last_value(RAM.column),
+        heap_bytes=by_time.last_value(HEAP.column),
+        vram_allocated_bytes=by_time.last_value(VRAM.column),
+        vram_reserved_bytes=by_time.last_value(VRAM_RESERVED.column),
+        shm_used_bytes=by_time.last_value(SHM.column),
         workers=workers,
         ram_per_step=per_step(rates, timeline, "ram", clock, 256),
         heap_per_step=per_step(rates, timeline, "heap", clock, 256),
@@ -271,7 +273,7 @@ def vram_summary(
 ) -> VramSummary | None:
     """Accelerator memory over the run; None when no device was in use."""
     by_time = timeline.by_time
-    allocated_peak = _peak(timeline, "vram_allocated_bytes")
+    allocated_peak = _peak(timeline, VRAM.column)
     if math.isnan(allocated_peak) and not devices_end:
         return None
     start = {d.name: d for d in devices_start}
@@ -285,11 +287,11 @@ def vram_summary(
     totals = [d.total_bytes for d in devices_end]
     known_totals = [t for t in totals if t]
     return VramSummary(
-        allocated_start_bytes=_int_or(by_time.first_value("vram_allocated_bytes")),
-        allocated_end_bytes=_int_or(by_time.last_value("vram_allocated_bytes")),
+        allocated_start_bytes=_int_or(by_time.first_value(VRAM.column)),
+        allocated_end_bytes=_int_or(by_time.last_value(VRAM.column)),
         allocated_peak_bytes=max(_int_or(allocated_peak), peak_from_counters),
-        reserved_end_bytes=_int_or(by_time.last_value("vram_reserved_bytes")),
-        reserved_peak_bytes=_int_or(_peak(timeline, "vram_reserved_bytes")),
+        reserved_end_bytes=_int_or(by_time.last_value(VRAM_RESERVED.column)),
+        reserved_peak_bytes=_int_or(_peak(timeline, VRAM_RESERVED.column)),
         per_step_bytes=None,
         limit_bytes=sum(known_totals) if totals and len(known_totals) == len(totals) else None,
         devices=tuple(d.name for d in devices_end),
@@ -317,8 +319,8 @@ def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary 
     if death is None:
         return []
     by_time = evidence.timeline.by_time
-    ram_before = [v for v in by_time.column("ram_bytes")[-5:] if not math.isnan(v)]  # the last readings
-    shm_before = [v for v in by_time.column("shm_used_bytes")[-5:] if not math.isnan(v)]
+    ram_before = [v for v in by_time.column(RAM.column)[-5:] if not math.isnan(v)]  # the last readings
+    shm_before = [v for v in by_time.column(SHM.column)[-5:] if not math.isnan(v)]
     return explain_worker_death(
         death,
         ram_bytes=max(ram_before, default=float(ram.end_bytes)),
@@ -347,9 +349,9 @@ def assemble_report(evidence: RunEvidence) -> Report:
     timeline, exc = evidence.timeline, evidence.exception
     by_time = timeline.by_time
     ram = RamSummary(
-        start_bytes=_int_or(by_time.first_value("ram_bytes")),
-        end_bytes=_int_or(by_time.last_value("ram_bytes")),
-        peak_bytes=_int_or(_peak(timeline, "ram_bytes")),
+        start_bytes=_int_or(by_time.first_value(RAM.column)),
+        end_bytes=_int_or(by_time.last_value(RAM.column)),
+        peak_bytes=_int_or(_peak(timeline, RAM.column)),
         per_step_bytes=None,
         limit_bytes=evidence.ram_limit_bytes,
         limit_source=evidence.ram_limit_source,
@@ -357,17 +359,17 @@ def assemble_report(evidence: RunEvidence) -> Report:
     heap = None
     if evidence.heap_available:
         heap = HeapSummary(
-            start_bytes=_int_or(by_time.first_value("heap_bytes")),
-            end_bytes=_int_or(by_time.last_value("heap_bytes")),
-            peak_bytes=_int_or(_peak(timeline, "heap_bytes")),
+            start_bytes=_int_or(by_time.first_value(HEAP.column)),
+            end_bytes=_int_or(by_time.last_value(HEAP.column)),
+            peak_bytes=_int_or(_peak(timeline, HEAP.column)),
             per_step_bytes=None,
         )
     shm = None
     if evidence.shm is not None:
         shm = ShmSummary(
-            start_bytes=_int_or(by_time.first_value("shm_used_bytes")),
-            end_bytes=_int_or(by_time.last_value("shm_used_bytes")),
-            peak_bytes=_int_or(_peak(timeline, "shm_used_bytes")),
+            start_bytes=_int_or(by_time.first_value(SHM.column)),
+            end_bytes=_int_or(by_time.last_value(SHM.column)),
+            peak_bytes=_int_or(_peak(timeline, SHM.column)),
             limit_bytes=evidence.shm.total_bytes,
             strategy=evidence.shm.strategy,
             per_step_bytes=None,
@@ -378,7 +380,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
     if evidence.workers is not None:
         workers = WorkerSummary(
             max_count=evidence.workers.max_count,
-            peak_bytes=_int_or(by_time.max("workers_bytes")),
+            peak_bytes=_int_or(by_time.max(WORKERS.column)),
             pids_seen=evidence.workers.pids_seen,
             per_worker=tuple({"pid": pid, "pss_peak": pss, "uss_peak": uss} for pid, pss, uss in evidence.workers.peaks),
         )

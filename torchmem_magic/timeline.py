@@ -14,23 +14,15 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from . import resources
 from .model import STEP_CLOCKS, Clock
 
 NAN = float("nan")
 
-#: Columns of every row. Sizes in bytes; NaN where the source is absent (a column a row leaves out is NaN).
-COLUMNS: tuple[str, ...] = (
-    "t_s",  # seconds since the session started
-    "step",  # steps of the step clock so far (optimizer steps, backward passes, batches or forward calls)
-    "ram_bytes",  # process tree: kernel RSS + children (PSS where known)
-    "rss_bytes",  # kernel process resident set
-    "heap_bytes",  # kernel process heap in use (glibc mallinfo2)
-    "workers_bytes",  # DataLoader workers' memory (PSS where known)
-    "workers",  # number of DataLoader worker processes alive
-    "vram_allocated_bytes",
-    "vram_reserved_bytes",
-    "shm_used_bytes",
-)
+#: Columns of every row: the two x columns (seconds since the session started; steps of the step clock so
+#: far), then one per resource of the table, in its order. Sizes in bytes; NaN where the source is absent
+#: (a column a row leaves out is NaN).
+COLUMNS: tuple[str, ...] = ("t_s", "step", *(r.column for r in resources.RESOURCES))
 X_COLUMNS = frozenset({"t_s", "step"})
 _COLUMN_INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _COLUMN_SET = frozenset(COLUMNS)

@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from . import resources
 from .model import VerdictName
 from .units import format_bytes, format_duration, plural_noun, rate_unit
 
@@ -35,7 +36,7 @@ Z_LEAK = 5.0  # slope / its standard error for "leak"
 Z_SUSPECT = 3.0
 COPY_ON_ACCESS_MIN_BYTES = 16 * MIB  # workers' growth below this is page-cache noise, not a dataset copied
 #: priority when several resources leak: heap in use is retention itself; RSS may only be fragmentation
-RESOURCE_ORDER = ("heap", "vram", "ram", "shm")
+RESOURCE_ORDER = resources.leak_order(resources.RESOURCES)
 
 
 @dataclass(frozen=True)
@@ -387,12 +388,9 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
     return finding("clean", None)
 
 
-_KILLED_BY = {
-    "heap": "this kernel is OOM-killed",
-    "ram": "this kernel is OOM-killed",
-    "vram": "CUDA runs out of memory",
-    "shm": "/dev/shm fills up (DataLoader workers die with a bus error)",
-}
+_KILLED_BY = {r.key: r.runs_out for r in resources.RESOURCES if r.leak_rank is not None}
+#: what a resource's leak is reported as, where that is another resource (reserved VRAM as VRAM)
+_REPORTED_AS = {r.key: r.reported for r in resources.RESOURCES}
 
 
 def _total_growth(series: Series) -> float:
@@ -497,7 +495,7 @@ def decide(
             chosen = f
     if copy_on_access is not None and (chosen is None or (chosen.verdict == "suspect" and copy_on_access.verdict == "leak")):
         chosen = copy_on_access
-    relevant = [f for f in findings.values() if f.resource not in ("vram_reserved", "workers", "rss")]
+    relevant = [f for f in findings.values() if f.resource in RESOURCE_ORDER]
     if chosen is None:
         if all(f.verdict == "unknown" for f in relevant):  # also when no step was sampled at all
             warm = max((f.warmup_steps for f in relevant), default=0)
@@ -537,7 +535,7 @@ def decide(
         ))
     verdict = chosen.verdict
     return Diagnosis(
-        verdict, chosen.leak_kind, chosen.resource if chosen.resource != "vram_reserved" else "vram",
+        verdict, chosen.leak_kind, _REPORTED_AS.get(chosen.resource, chosen.resource),
         chosen.per_step_bytes, chosen.per_step_error_bytes, chosen.steps_to_exhaustion, seconds,
         tuple(advice), tuple(findings.values()), chosen.per_epoch_bytes,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..resources import RAM, SHM, VRAM_RESERVED
 from ..forensics import death_explanation
 from ..model import DeviceMemory, from_schema_dict
 from ..ranks.feed import RankFeed, apply_message
@@ -123,12 +124,12 @@ def crash_report(record: CrashRecord) -> Report:
         died_at=datetime.datetime.fromtimestamp(record.died_wall_s).strftime("%Y-%m-%d %H:%M:%S"),
         ran_s=feed.elapsed_s,
         steps=feed.steps,
-        ram_bytes=timeline.last_value("ram_bytes"),
+        ram_bytes=timeline.last_value(RAM.column),
         ram_limit_bytes=int(hello.get("ram_limit_bytes") or 0),
         ram_limit_source=str(hello.get("ram_limit_source", "system")),
-        shm_bytes=timeline.last_value("shm_used_bytes"),
+        shm_bytes=timeline.last_value(SHM.column),
         shm_total_bytes=None if shm_total is None else int(shm_total),
-        vram_reserved_bytes=timeline.last_value("vram_reserved_bytes"),
+        vram_reserved_bytes=timeline.last_value(VRAM_RESERVED.column),
         vram_total_bytes=sum(d.total_bytes or 0 for d in record.devices) or None,
         oom_kills_before=dict(hello.get("oom_kills", {})),
         oom_kills_now=oom_kill_counts(),

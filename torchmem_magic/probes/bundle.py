@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import resources
 from ..model import DeviceMemory
 from ..report import ShmEvidence, WorkerEvidence
 from .accelerator import AcceleratorProbe
@@ -19,7 +20,7 @@ from .shm import ShmProbe, ShmReading
 
 NAN = math.nan
 #: columns a step reading copies from the last background reading (too slow to read at every step)
-SLOW_COLUMNS = ("workers_bytes", "workers", "shm_used_bytes")
+SLOW_COLUMNS = tuple(r.column for r in resources.RESOURCES if r.slow)
 
 
 class ProbeBundle:
@@ -48,14 +49,15 @@ class ProbeBundle:
         self.shm.idle = running and not self.tree.workers
         row = self._background.read()
         self._last_slow = {name: row[name] for name in SLOW_COLUMNS}
-        if not math.isnan(row["workers"]):
-            self.max_workers = max(self.max_workers, int(row["workers"]))
+        workers = row[resources.WORKER_COUNT.column]
+        if not math.isnan(workers):
+            self.max_workers = max(self.max_workers, int(workers))
         return row
 
     def step_row(self) -> Reading:
         """The fast counters now, the slow columns as last read; RAM is the kernel's RSS plus children."""
         row = self._per_step.read()
-        row["ram_bytes"] = row["rss_bytes"] + self.tree.children_bytes
+        row[resources.RAM.column] = row[resources.RSS.column] + self.tree.children_bytes
         row.update(self._last_slow)
         return row
 

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from ..resources import HEAP
 from .base import NAN, Reading
 
 class _Mallinfo2(ctypes.Structure):
@@ -28,7 +29,7 @@ class HeapProbe:
     """
 
     name: str = "heap"
-    columns: tuple[str, ...] = ("heap_bytes",)
+    columns: tuple[str, ...] = (HEAP.column,)
 
     def __init__(self) -> None:
         self._mallinfo2: Any = None
@@ -60,7 +61,7 @@ class HeapProbe:
         return float(info.uordblks + info.hblkhd)
 
     def read(self) -> Reading:
-        return {"heap_bytes": self.heap_bytes()}
+        return {HEAP.column: self.heap_bytes()}
 
     def close(self) -> None:
         pass

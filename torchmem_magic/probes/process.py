@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from ..resources import RAM, RSS, WORKERS, WORKER_COUNT
 from ..forensics import WorkerExit
 from .base import Reading
 
@@ -188,7 +189,7 @@ class KernelRssProbe:
     """The kernel process's own RSS: the one process counter cheap enough for every step."""
 
     name: str = "kernel RSS"
-    columns: tuple[str, ...] = ("rss_bytes",)
+    columns: tuple[str, ...] = (RSS.column,)
 
     def __init__(self, pid: int | None = None) -> None:
         self._reader = RssReader(os.getpid() if pid is None else pid)
@@ -198,7 +199,7 @@ class KernelRssProbe:
         return float("nan") if value is None else float(value)
 
     def read(self) -> Reading:
-        return {"rss_bytes": self.rss_bytes()}
+        return {RSS.column: self.rss_bytes()}
 
     def close(self) -> None:
         self._reader.close()
@@ -215,7 +216,7 @@ class ProcessTreeProbe:
     """
 
     name: str = "process tree"
-    columns: tuple[str, ...] = ("ram_bytes", "rss_bytes", "workers_bytes", "workers")
+    columns: tuple[str, ...] = (RAM.column, RSS.column, WORKERS.column, WORKER_COUNT.column)
     CHILDREN_REFRESH_S = 0.5
     PSS_MIN_PERIOD_S = 1.0
     YOUNG_PSS_MIN_PERIOD_S = 0.25  # a worker's first seconds: copy-on-access shows there, in one short epoch
@@ -317,10 +318,10 @@ class ProcessTreeProbe:
                 workers += 1
         self.children_bytes, self.workers = float(children_bytes), workers
         return {
-            "ram_bytes": rss + children_bytes,
-            "rss_bytes": rss,
-            "workers_bytes": float(workers_bytes),
-            "workers": float(workers),
+            RAM.column: rss + children_bytes,
+            RSS.column: rss,
+            WORKERS.column: float(workers_bytes),
+            WORKER_COUNT.column: float(workers),
         }
 
     def pids(self) -> list[int]:

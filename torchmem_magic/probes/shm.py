@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..resources import SHM
 from .base import NAN, Reading
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class ShmProbe:
     """
 
     name: str = "shm"
-    columns: tuple[str, ...] = ("shm_used_bytes",)
+    columns: tuple[str, ...] = (SHM.column,)
 
     IDLE_PERIOD_S = 0.1  # how often `read` reads when `idle` (nothing fills it but other programs)
 
@@ -41,7 +42,7 @@ class ShmProbe:
         if self.idle and self._last is not None and now - self._last[0] < self.IDLE_PERIOD_S:
             return dict(self._last[1])
         usage = self.usage()
-        reading = {"shm_used_bytes": NAN if usage is None else float(usage.used_bytes)}
+        reading = {SHM.column: NAN if usage is None else float(usage.used_bytes)}
         self._last = (now, reading)
         return dict(reading)
 

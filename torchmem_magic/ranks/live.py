@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from ..holders import holder_trend
 from ..model import Clock, RankSummary, VerdictName
 from ..report import LIVE_VERDICT_STEPS, diagnose
+from ..resources import RAM, VRAM
 from ..units import format_bytes, rate_unit
 from .feed import RankFeed, rank_numbers
 from ..merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0
 LIVE_MAX_POINTS = 64  # the detector's pairwise slopes over at most this many points: cheap enough per rank
-MEMORY_COLUMNS = ("heap_bytes", "ram_bytes", "vram_allocated_bytes")
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,10 @@ class RankLive:
 
 def _peak_bytes(feed: RankFeed) -> float:
     series = feed.timeline.by_time
-    vram = series.max("vram_allocated_bytes")
+    vram = series.max(VRAM.column)
     if not math.isnan(vram) and vram > 0:
         return vram
-    ram = series.max("ram_bytes")
+    ram = series.max(RAM.column)
     return 0.0 if math.isnan(ram) else ram
 
 

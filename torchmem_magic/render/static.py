@@ -16,7 +16,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import resources
 from ..model import Clock, RankSummary, ReportData
+from ..resources import HEAP, RAM
 from ..timeline import Timeline
 from ..units import format_bytes
 from .text import report_html, sparkline, verdict_rate
@@ -35,13 +37,8 @@ VERDICT_COLOURS = {"leak": "#b00", "suspect": "#b60", "clean": "#070"}
 RANK_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 #: (column, legend label, colour) of the curves the figure shows, the live figure's colours
-CURVES: tuple[tuple[str, str, str], ...] = (
-    ("ram_bytes", "RAM (process tree)", "#1f77b4"),
-    ("heap_bytes", "heap in use", "#2ca02c"),
-    ("workers_bytes", "workers (PSS)", "#8c564b"),
-    ("vram_allocated_bytes", "VRAM allocated", "#d62728"),
-    ("vram_reserved_bytes", "VRAM reserved", "#ff9896"),
-    ("shm_used_bytes", "/dev/shm used", "#9467bd"),
+CURVES: tuple[tuple[str, str, str], ...] = tuple(
+    (r.column, r.label, r.colour) for r in resources.RESOURCES if r.colour is not None and r.saved_curve
 )
 
 
@@ -147,7 +144,8 @@ def ranks_panel(report: ReportData) -> Panel | None:
     if not ranks:
         return None
     by_steps = all(_by_steps(r.timeline, r.clock) for r in ranks)
-    column, quantity = ("heap_bytes", "heap in use") if all(r.heap is not None for r in ranks) else ("ram_bytes", "RAM")
+    heap = all(r.heap is not None for r in ranks)
+    column, quantity = (HEAP.column, HEAP.label) if heap else (RAM.column, RAM.short)
     curves = []
     for i, rank in enumerate(_rank_order(ranks, report.worst_rank)):
         series = rank.timeline.by_step if by_steps else rank.timeline.by_time

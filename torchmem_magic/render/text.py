@@ -12,7 +12,19 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ..model import LiveStatus, MemcheckData, RankSummary, ReportData, Suspect, TensorFinding
+from ..model import (
+    HeapSummary,
+    LiveStatus,
+    MemcheckData,
+    RamSummary,
+    RankSummary,
+    ReportData,
+    ShmSummary,
+    Suspect,
+    TensorFinding,
+    VramSummary,
+)
+from ..resources import HEAP, RAM, SHM, VRAM, WORKER_COUNT, by_key
 from ..units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
 
 
@@ -33,23 +45,23 @@ def _rows(report: ReportData) -> list[Row]:
     ram, heap, vram, shm, workers = report.ram, report.heap, report.vram, report.shm, report.workers
     clock = report.clock
     rows = [
-        _row("RAM (process tree)", ram.start_bytes, ram.end_bytes, ram.peak_bytes, ram.per_step_bytes,
+        _row(RAM.label, ram.start_bytes, ram.end_bytes, ram.peak_bytes, ram.per_step_bytes,
              f"limit {format_bytes(ram.limit_bytes)} ({ram.limit_source})", clock)
     ]
     if heap is not None:
-        rows.append(_row("heap in use", heap.start_bytes, heap.end_bytes, heap.peak_bytes, heap.per_step_bytes,
+        rows.append(_row(HEAP.label, heap.start_bytes, heap.end_bytes, heap.peak_bytes, heap.per_step_bytes,
                          "what the kernel really retains", clock))
     if vram is not None:
         note = f"reserved {format_bytes(vram.reserved_end_bytes)}"
         note += f" of {format_bytes(vram.limit_bytes)}" if vram.limit_bytes else ""
         note += f" on {', '.join(vram.devices)}" if vram.devices else ""
-        rows.append(_row("VRAM allocated", vram.allocated_start_bytes, vram.allocated_end_bytes,
+        rows.append(_row(VRAM.label, vram.allocated_start_bytes, vram.allocated_end_bytes,
                          vram.allocated_peak_bytes, vram.per_step_bytes, note, clock))
     if shm is not None:
-        rows.append(_row(f"shm ({shm.path})", shm.start_bytes, shm.end_bytes, shm.peak_bytes, shm.per_step_bytes,
+        rows.append(_row(f"{SHM.short} ({shm.path})", shm.start_bytes, shm.end_bytes, shm.peak_bytes, shm.per_step_bytes,
                          f"of {format_bytes(shm.limit_bytes)}, strategy {shm.strategy or '—'}", clock))
     if workers is not None:
-        rows.append(("DataLoader workers", "", "", format_bytes(workers.peak_bytes), "",
+        rows.append((WORKER_COUNT.label, "", "", format_bytes(workers.peak_bytes), "",
                      f"{workers.max_count} at once, PSS"))
     return rows
 
@@ -392,9 +404,19 @@ def sparkline(values: tuple[float, ...] | list[float], min_span: float = 0.0) ->
     )
 
 
+def _summary_of(report: ReportData, key: str | None) -> RamSummary | HeapSummary | VramSummary | ShmSummary | None:
+    """The report's summary of the resource named `key` (None: not measured, or not one that leaks)."""
+    try:
+        resource = by_key(key or "")
+    except KeyError:
+        return None
+    summary = getattr(report, resource.summary or "", None) if resource.leak_rank is not None else None
+    return summary if isinstance(summary, (RamSummary, HeapSummary, VramSummary, ShmSummary)) else None
+
+
 def verdict_rate(report: ReportData) -> str | None:
     """'heap +1.0 MiB/step': the growth the verdict is about."""
-    summary = {"ram": report.ram, "heap": report.heap, "vram": report.vram, "shm": report.shm}.get(report.resource or "")
+    summary = _summary_of(report, report.resource)
     if summary is None or summary.per_step_bytes is None:
         return None
     return f"{report.resource} {format_per_step(summary.per_step_bytes, report.clock)}"

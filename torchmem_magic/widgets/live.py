@@ -18,9 +18,11 @@ import bqplot
 import ipywidgets
 import numpy as np
 
+from .. import resources
 from ..ranks.feed import rank_numbers
 from ..ranks.live import worst_live
 from ..render.text import status_line
+from ..resources import RAM, RSS
 from ..timeline import DecimatingSeries
 from .controls import Controls
 from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
@@ -40,14 +42,8 @@ MIN_ZOOM_SPAN_BYTES = 4 << 20  # a flat heap is drawn flat, not as its noise blo
 GUARD_LINE_FROM = 0.5
 
 #: (column, legend label, colour) of every curve the figure can show; absent sources are left out.
-CURVES: tuple[tuple[str, str, str], ...] = (
-    ("ram_bytes", "RAM (process tree)", "#1f77b4"),
-    ("rss_bytes", "RSS (kernel)", "#9ecae1"),
-    ("heap_bytes", "heap in use", "#2ca02c"),
-    ("workers_bytes", "workers (PSS)", "#8c564b"),
-    ("vram_allocated_bytes", "VRAM allocated", "#d62728"),
-    ("vram_reserved_bytes", "VRAM reserved", "#ff9896"),
-    ("shm_used_bytes", "/dev/shm used", "#9467bd"),
+CURVES: tuple[tuple[str, str, str], ...] = tuple(
+    (r.column, r.label, r.colour) for r in resources.RESOURCES if r.colour is not None
 )
 
 
@@ -63,14 +59,14 @@ def _has_data(column: np.ndarray) -> bool:
 
 #: the launching process's own curves, left out while ranks train in its children: it idles, so they
 #: are flat lines that only crowd the legend (the tree's RAM stays: it sums the ranks, as the OOM killer does)
-LAUNCHER_ONLY = frozenset({"rss_bytes", "heap_bytes"})
+LAUNCHER_ONLY = frozenset(r.column for r in resources.RESOURCES if not r.launcher_curve)
 
 
 def _visible_curves(data: dict[str, np.ndarray], launcher: bool = False) -> list[tuple[str, str, str]]:
     """Curves with data; the kernel's own RSS only when children make it differ from the tree's RAM."""
     curves = [c for c in CURVES if _has_data(data[c[0]])]
-    if np.array_equal(data["rss_bytes"], data["ram_bytes"]):
-        curves = [c for c in curves if c[0] != "rss_bytes"]
+    if np.array_equal(data[RSS.column], data[RAM.column]):
+        curves = [c for c in curves if c[0] != RSS.column]
     if launcher:
         curves = [c for c in curves if c[0] not in LAUNCHER_ONLY]
     return curves

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..report import training_loader
+from ..resources import HEAP, RAM, VRAM
 from ..timeline import DecimatingSeries
 from ..ranks.feed import RankFeed
 
@@ -81,7 +82,7 @@ def decimate(values: np.ndarray, max_points: int = MAX_POINTS) -> np.ndarray:
 def _columns(feed: RankFeed, by_steps: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     series: DecimatingSeries = feed.timeline.by_step if by_steps else feed.timeline.by_time
     x_name = "step" if by_steps else "t_s"
-    data = series.columns(x_name, "heap_bytes", "ram_bytes", "vram_allocated_bytes")
+    data = series.columns(x_name, HEAP.column, RAM.column, VRAM.column)
     x = np.frombuffer(data[x_name], dtype=np.float64)
     x = x if by_steps else x + feed.offset_s
     return x, {name: np.frombuffer(values, dtype=np.float64) for name, values in data.items() if name != x_name}
@@ -127,9 +128,9 @@ def rank_curves(
 ) -> RankCurves:
     """Every rank's curves (at most `max_lines`, else the worst one and the spread of all)."""
     columns = {feed.pid: _columns(feed, by_steps) for feed in feeds}
-    with_data = [pid for pid, (_, cols) in columns.items() if has_data(cols["heap_bytes"]) or has_data(cols["ram_bytes"])]
-    heap = bool(with_data) and all(has_data(columns[pid][1]["heap_bytes"]) for pid in with_data)
-    column, quantity = ("heap_bytes", "heap in use") if heap else ("ram_bytes", "RAM")
+    with_data = [pid for pid, (_, cols) in columns.items() if has_data(cols[HEAP.column]) or has_data(cols[RAM.column])]
+    heap = bool(with_data) and all(has_data(columns[pid][1][HEAP.column]) for pid in with_data)
+    column, quantity = (HEAP.column, HEAP.label) if heap else (RAM.column, RAM.short)
     ordered = sorted(feeds, key=lambda f: numbers.get(f.pid, 0))
     if worst_pid is None or worst_pid not in columns:
         worst_pid = ordered[0].pid if ordered else None
@@ -141,7 +142,7 @@ def rank_curves(
         x, cols = columns[worst.pid]
         label = f"rank {numbers[worst.pid]} (worst)"
         memory = [Curve(label, *_finite(x, cols[column]), WORST_COLOUR)]
-        vram = [Curve(f"{label} VRAM", *_finite(x, cols["vram_allocated_bytes"]), WORST_COLOUR)] if has_data(cols["vram_allocated_bytes"]) else []
+        vram = [Curve(f"{label} VRAM", *_finite(x, cols[VRAM.column]), WORST_COLOUR)] if has_data(cols[VRAM.column]) else []
         return RankCurves(quantity, [c for c in memory if c.x.size], [c for c in vram if c.x.size], band, epochs)
     memory, vram = [], []
     for i, feed in enumerate(ordered):
@@ -151,8 +152,8 @@ def rank_curves(
         curve = Curve(label, *_finite(x, cols[column]), colour)
         if curve.x.size:
             memory.append(curve)
-        if has_data(cols["vram_allocated_bytes"]):
-            vram_curve = Curve(f"{label} VRAM", *_finite(x, cols["vram_allocated_bytes"]), colour)
+        if has_data(cols[VRAM.column]):
+            vram_curve = Curve(f"{label} VRAM", *_finite(x, cols[VRAM.column]), colour)
             if vram_curve.x.size:
                 vram.append(vram_curve)
     return RankCurves(quantity, memory, vram, None, epochs)
