@@ -12,6 +12,9 @@
 #               benchmarks and rewrite their tables in the docs pages (docs/benchmarks.md, docs/verdicts.md,
 #               docs/leak-finder.md)
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
+#   make device-check  on a machine with a CUDA GPU: check what only a real device shows (tools/device_check),
+#               with the machine's own python3 and torch (no venv: a CUDA torch is what it needs); writes
+#               device_check.json and device_check.txt (see docs/layout.md, "GPU check")
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -41,7 +44,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench clean
+.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench device-check clean
 
 setup: $(STAMP)
 
@@ -117,6 +120,9 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/run_all.py
+
+device-check:
+	$(PYTHON) tools/device_check --out device_check.json
 
 clean:
 	rm -rf $(VENV) $(FLOORS) $(CORE_VENVS) .pytest_cache site
