@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .holders import top_holder
 from .step_requests import RaisedAtStep
 from .units import format_bytes, format_duration, rate_unit
 from .verdict import robust_slope
@@ -208,10 +209,9 @@ def _top_holder(session: Watching) -> str | None:
         _, suspects = session.holders_so_far()
     except Exception:  # the holders are extra: never let them keep the guard from acting
         suspects = ()
-    growing = [s for s in suspects if s.growth_per_step is not None and s.growth_per_step > 0]
-    if not growing:
+    top = top_holder(suspects)
+    if top is None:
         return session.live_holder()
-    top = max(growing, key=lambda s: s.growth_per_step or 0.0)
     line = f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(session.clock)}, {top.kind}"
     return f"{line} — fix: {top.fix}" if top.fix else line
 
