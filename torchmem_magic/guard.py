@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .holders import top_holder
+from .slopes import robust_slope
 from .step_requests import RaisedAtStep
 from .units import format_bytes, format_duration, rate_unit
-from .verdict import robust_slope
 
 if TYPE_CHECKING:
     from .probes.accelerator import AcceleratorProbe

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 from .model import Suspect
+from .slopes import theil_sen
 from .units import format_bytes, format_duration, plural_noun, rate_unit
-from .verdict import Diagnosis, theil_sen
+from .verdict import Diagnosis
 
 MIN_POINTS = 4  # scans needed before a holder's trend is judged
 MIN_GROWTH_BYTES = 256 << 10  # growth below this over the run is not called a leak

@@ -31,8 +31,9 @@ from .model import (
 )
 from .merge import with_ranks
 from .results import Report
+from .slopes import robust_slope
 from .timeline import NAN, DecimatingSeries, Timeline
-from .verdict import Diagnosis, Series, decide, robust_slope
+from .verdict import Diagnosis, Series, decide
 
 LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
 #: the step-aligned column each resource's "growth per step" is measured on
