@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import resources
+from .holders import top_holder
+from .slopes import robust_slope
 from .step_requests import RaisedAtStep
 from .units import format_bytes, format_duration, rate_unit
-from .verdict import robust_slope
 
 if TYPE_CHECKING:
     from .probes.accelerator import AcceleratorProbe
@@ -200,10 +201,9 @@ def _top_holder(run: Watching) -> str | None:
         _, suspects = run.holders_so_far()
     except Exception:  # the holders are extra: never let them keep the guard from acting
         suspects = ()
-    growing = [s for s in suspects if s.growth_per_step is not None and s.growth_per_step > 0]
-    if not growing:
+    top = top_holder(suspects)
+    if top is None:
         return run.live_holder()
-    top = max(growing, key=lambda s: s.growth_per_step or 0.0)
     line = f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(run.clock)}, {top.kind}"
     return f"{line} — fix: {top.fix}" if top.fix else line
 

@@ -5,16 +5,23 @@ alive) at scans during the run. A holder's own size is the strongest evidence th
 where the curves are noisy, and it shows leaks no curve can (graph nodes piling up after backward,
 a few KiB a step). A holder that grows with the steps is a leak; one that is new but stays the same
 size is not, however big.
+
+"The top holder", wherever a line names one, is `top_holder()`'s: the holder with the largest
+positive growth per step. A flat or shrinking holder never counts as growing; a caller that must
+name someone when none grows asks for the largest instead (`or_largest`), and says "held by", not
+"grows".
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 from .model import Suspect
+from .slopes import theil_sen
 from .units import format_bytes, format_duration, plural_noun, rate_unit
-from .verdict import Diagnosis, theil_sen
+from .verdict import Diagnosis
 
 MIN_POINTS = 4  # scans needed before a holder's trend is judged
 MIN_GROWTH_BYTES = 256 << 10  # growth below this over the run is not called a leak
@@ -34,6 +41,51 @@ class HolderTrend:
     last_bytes: int
     rises: tuple[tuple[int, int], ...] = ()  # (first, last) step of each scan interval it grew in
     sporadic: bool = False  # it grew in jumps, with as many intervals without any change between them
+
+    @property
+    def retained_bytes(self) -> int:
+        """Its size at the last scan (what `top_holder` breaks ties with)."""
+        return self.last_bytes
+
+
+class Holder(Protocol):
+    """What the top-holder rule reads: a `Suspect` or a `HolderTrend`."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def growth_per_step(self) -> float | None: ...
+    @property
+    def retained_bytes(self) -> int: ...
+
+
+H = TypeVar("H", bound=Holder)
+
+
+def grows(holder: Holder) -> bool:
+    """Whether a holder grew: a positive growth per step (flat, shrinking or unmeasured: no)."""
+    return holder.growth_per_step is not None and holder.growth_per_step > 0
+
+
+def largest_holder(holders: Iterable[H]) -> H | None:
+    """The holder that retains the most bytes (ties: by name), whatever its growth."""
+    return min(holders, key=lambda h: (-h.retained_bytes, h.name), default=None)
+
+
+def top_holder(holders: Iterable[H], or_largest: bool = False) -> H | None:
+    """The top holder: the one with the largest positive growth per step (ties: the larger, then by
+    name). When none grows: the largest holder if `or_largest`, else None."""
+    candidates = list(holders)
+    growing = [h for h in candidates if grows(h)]
+    if growing:
+        return min(growing, key=lambda h: (-(h.growth_per_step or 0.0), -h.retained_bytes, h.name))
+    return largest_holder(candidates) if or_largest else None
+
+
+def top_trend(trends: Iterable[HolderTrend]) -> HolderTrend | None:
+    """The top holder among trends judged growing: a live line names a holder only once its own
+    series makes the growth clear (enough scans, mostly rises, still rising at the end)."""
+    return top_holder(t for t in trends if t.growing)
 
 
 def _rises(points: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -103,10 +155,9 @@ def with_trends(suspects: Sequence[Suspect], series: dict[str, list[tuple[int, i
 
 def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock: str) -> str | None:
     """'val_outputs +2.9 MiB/step, autograd graphs': the fastest-growing holder, once one is clear."""
-    growing = [t for t in trends if t.growing and t.growth_per_step]
-    if not growing:
+    top = top_trend(trends)
+    if top is None:
         return None
-    top = max(growing, key=lambda t: t.growth_per_step or 0.0)
     what = {"autograd-graph": "autograd graphs", "tensor-cache": "tensors"}.get(kinds.get(top.name, ""), "tensors")
     return f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(clock)}, {what}"
 
@@ -130,14 +181,13 @@ def fuse(
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
-    growing = sorted((t for t in trends.values() if t.growing), key=lambda t: -(t.growth_per_step or 0.0))
+    top = top_trend(trends.values())
     advice = list(diagnosis.advice)
     bounded = [
         f"{t.name} holds {format_bytes(t.last_bytes)} (bounded: it did not grow over the run)"
         for t in trends.values() if t.bounded and t.last_bytes >= BOUNDED_MENTION_BYTES
     ]
-    if growing:
-        top = growing[0]
+    if top is not None:
         rate = top.growth_per_step or 0.0
         holder_rate = f"{format_bytes(rate, signed=True)}/{unit}"
         if diagnosis.verdict == "leak":

@@ -123,7 +123,7 @@ class LeakFinder:
 
     # ---------------------------------------------------------------- the end
     def finish(self, scan: bool = True) -> tuple[Suspect, ...]:
-        """The suspects at the end (largest first), then let go of the roots; `scan=False` (an
+        """The suspects at the end, then let go of the roots; `scan=False` (an
         interrupt while the end scan ran): none."""
         tracker = self._tracker
         try:
@@ -141,8 +141,7 @@ class LeakFinder:
             if self._keep_scanned and tracker is not None:
                 names = {s.name for s in found}
                 gone = [stats for stats in tracker.measured() if stats.name not in names]
-                found = [*found, *suspects_from_stats(gone, self.sources, self._baseline)]
-                found.sort(key=lambda s: -s.retained_bytes)
+                found = [*found, *suspects_from_stats(gone, self.sources, self._baseline)]  # the Report orders them
             return tuple(found)
         finally:
             self.close()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
+from .holders import grows, top_holder
 from .model import RankSummary, ReportData, Suspect, VerdictName
 from .units import format_bytes, format_duration, rate_unit
 
@@ -113,11 +114,12 @@ def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:
 
 
 def _holder(rank: RankSummary) -> str:
-    growing = sorted((s for s in rank.suspects if s.growth_per_step), key=lambda s: -(s.growth_per_step or 0.0))
-    if growing:
-        top = growing[0]
+    top = top_holder(rank.suspects, or_largest=rank.verdict == "leak")
+    if top is None:
+        return ""
+    if grows(top):
         return f"; {top.name} grows {format_bytes(top.growth_per_step or 0.0, signed=True)}/{rate_unit(rank.clock)}"
-    return f"; held by {rank.suspects[0].name}" if rank.verdict == "leak" and rank.suspects else ""
+    return f"; held by {top.name}"
 
 
 def _ranks_word(numbers: Sequence[int]) -> str:

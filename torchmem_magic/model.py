@@ -9,6 +9,7 @@ display themselves, are the subclasses in `results.py`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
@@ -170,8 +171,23 @@ class Suspect(_SchemaDict):
     rank: int | None = None  # the rank whose process holds it, in a multi-process run
 
 
+def by_retained(suspects: Iterable[Suspect]) -> tuple[Suspect, ...]:
+    """Suspects in the schema's order: largest `retained_bytes` first; equal sizes by name, then
+    path, then rank (a single process's holder before the ranks'), so the order never depends on
+    which scan or which rank came first."""
+    return tuple(sorted(suspects, key=lambda s: (-s.retained_bytes, s.name, s.path, -1 if s.rank is None else s.rank)))
+
+
+class _LargestFirst:
+    """A result holding suspects keeps them in the schema's order whoever built it (the report's
+    assembly, a merge of ranks, a saved file read back, a flight record replayed)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "suspects", by_retained(getattr(self, "suspects")))
+
+
 @dataclass(frozen=True)
-class RankSummary(_SchemaDict):
+class RankSummary(_LargestFirst, _SchemaDict):
     """One rank (process) of a multi-process run: its own memory, steps, verdict and holders.
 
     `status` says how the rank ended: "ok", "error", "interrupted", "killed" (it stopped reporting
@@ -224,7 +240,7 @@ class TensorFinding(_SchemaDict):
 
 
 @dataclass(frozen=True)
-class MemcheckData(_VersionedSchemaDict):
+class MemcheckData(_LargestFirst, _VersionedSchemaDict):
     """What `%memcheck EXPR` / `memcheck(obj)` found.
 
     `retained_bytes` is what deleting the checked object would free: tensors counted once by
@@ -251,7 +267,7 @@ class MemcheckData(_VersionedSchemaDict):
 
 
 @dataclass(frozen=True)
-class ReportData(_VersionedSchemaDict):
+class ReportData(_LargestFirst, _VersionedSchemaDict):
     """What one `%%memwatch` cell (or `with memwatch():` block) measured.
 
     Attributes:

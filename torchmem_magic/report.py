@@ -33,8 +33,9 @@ from . import resources
 from .merge import with_ranks
 from .resources import HEAP, RAM, SHM, VRAM, VRAM_RESERVED, WORKERS
 from .results import Report
+from .slopes import robust_slope
 from .timeline import NAN, DecimatingSeries, Timeline
-from .verdict import Diagnosis, Series, decide, robust_slope
+from .verdict import Diagnosis, Series, decide
 
 LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
 #: the step-aligned column each resource that can leak has its "growth per step" measured on

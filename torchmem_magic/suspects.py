@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from .fixes import SourceFix, fix_accumulate, fix_append, fix_carry_over, function_sources
-from .model import Suspect
+from .model import Suspect, by_retained
 from .results import MemcheckResult
 from .scan.results import NODE_BYTES, FunctionSlot, RootStats, ScanResult, SlotStats
 
@@ -211,7 +211,7 @@ def suspects_from_scan(
 def suspects_from_stats(
     measured: Sequence[RootStats], sources: list[str], baseline: dict[str, int] | None = None
 ) -> list[Suspect]:
-    """Suspects among the roots a scan measured, largest first (see `suspects_from_scan`)."""
+    """Suspects among the roots a scan measured, largest first (`by_retained`; see `suspects_from_scan`)."""
     suspects = []
     for stats in measured:
         kind = classify(stats)
@@ -233,7 +233,7 @@ def suspects_from_stats(
                 fix=fix_for(stats, kind, sources),
             )
         )
-    return sorted(suspects, key=lambda s: -s.retained_bytes)
+    return list(by_retained(suspects))
 
 
 def baseline_of(result: ScanResult) -> dict[str, int]:

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from torchmem_magic.units import format_bytes
-from torchmem_magic.verdict import MIB, Series, analyse, decide, warmup_length
+from torchmem_magic.slopes import warmup_length
+from torchmem_magic.verdict import MIB, Series, analyse, decide
 
 BASE = 600 * MIB
 

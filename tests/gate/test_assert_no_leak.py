@@ -55,6 +55,24 @@ def test_a_leak_in_a_local_of_the_test_fails_with_the_holder_and_its_fix(leak_er
     assert "history.append(metric(model))" in lines[2]  # found in the function that fills it
 
 
+def test_the_leak_errors_report_lists_its_holders_largest_first() -> None:
+    """`few` is a local before `history`, so the scan meets it first; the report still puts the
+    bigger holder first, and the message names the growing one."""
+    model, optimizer = make_model()
+    few = [metric(model) for _ in range(3)]
+    history = []
+    with pytest.raises(LeakError) as caught:
+        with assert_no_leak(20, quiet=True):
+            for _ in range(STEPS):
+                train_step(model, optimizer)
+                history.append(metric(model))
+    _nothing_left_behind()
+    suspects = [(s.name, s.retained_bytes) for s in caught.value.report.suspects]
+    assert [name for name, _ in suspects] == ["history", "few"], suspects
+    assert suspects[0][1] > suspects[1][1]
+    assert "\ntop holder: history " in str(caught.value) and len(few) == 3
+
+
 def test_a_leak_in_a_helpers_local_is_named_though_the_helper_returned() -> None:
     with pytest.raises(LeakError) as caught:
         with assert_no_leak(20, quiet=True):

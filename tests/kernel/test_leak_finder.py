@@ -36,6 +36,8 @@ def k(kernel: Kernel) -> Kernel:
 
 
 def _check_top_suspect(k: Kernel, name: str, path_prefix: str) -> dict:
+    sizes = k.value("[s.retained_bytes for s in torchmem_magic.last_report().suspects]")
+    assert sizes == sorted(sizes, reverse=True), sizes  # the schema's order: largest first
     top = k.value("torchmem_magic.last_report().suspects[0].to_dict()")
     assert top["name"] == name and top["kind"] == "autograd-graph" and top["new_in_cell"]
     assert top["path"].startswith(path_prefix)
@@ -56,6 +58,25 @@ def test_eval_without_no_grad_names_the_list_and_its_true_size(k: Kernel) -> Non
     assert execution.status == "ok"
     top = _check_top_suspect(k, "val_outputs", "val_outputs[")
     assert "torch.no_grad()" in top["fix"] and "val_outputs.append(model(torch.randn(256, 256)))" in top["fix"]
+
+
+def test_the_reports_suspects_are_largest_first_not_in_namespace_order(k: Kernel) -> None:
+    k.ok(
+        "%%memwatch -q\n"
+        "small_first, large_second = [], []\n"
+        "for step in range(15):\n"
+        "    loss = model(torch.randn(64, 256)).logsumexp(1).mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    small_first.append(model(torch.randn(16, 256)))\n"
+        "    large_second.append(model(torch.randn(256, 256)))\n"
+    )
+    try:
+        suspects = k.value("[(s['name'], s['retained_bytes']) for s in torchmem_magic.last_report().to_dict()['suspects']]")
+    finally:
+        k.ok("del small_first, large_second")
+    names, sizes = [n for n, _ in suspects], [b for _, b in suspects]
+    assert names.index("large_second") < names.index("small_first"), suspects
+    assert sizes == sorted(sizes, reverse=True), suspects
 
 
 def test_undetached_rnn_hidden_state(k: Kernel) -> None:

@@ -233,6 +233,34 @@ def test_unload_removes_the_magic_and_reload_works(fresh_kernel: Kernel) -> None
     assert fresh_kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
 
 
+def _unknown_magic(kernel: Kernel, code: str) -> str:
+    """The error IPython gives for a magic nobody registered ('UsageError: Line magic function ...')."""
+    execution = kernel.execute(code)
+    reply = execution.reply["content"]
+    assert execution.status == "error" and reply.get("ename") == "UsageError", (code, execution.stderr, reply)
+    assert "UsageError" in execution.stderr  # shown as IPython shows misuse: one line, no traceback
+    return str(reply.get("evalue"))
+
+
+def test_unload_removes_memcheck_and_memwatch_and_stops_a_running_session(fresh_kernel: Kernel) -> None:
+    fresh_kernel.ok("x = torch.ones(3)\nw = torchmem_magic.memwatch(quiet=True).start()")
+    assert fresh_kernel.value("torchmem_magic.session.active_session() is w and w.running")
+    fresh_kernel.ok("%unload_ext torchmem_magic")
+    assert fresh_kernel.value("torchmem_magic.session.active_session() is None and not w.running")
+    assert fresh_kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert fresh_kernel.value(
+        "[t.name for t in __import__('threading').enumerate() if t.name == torchmem_magic.sampler.THREAD_NAME]"
+    ) == []
+    assert "Line magic function `%memcheck` not found" in _unknown_magic(fresh_kernel, "%memcheck x")
+    assert "Line magic function `%memwatch` not found" in _unknown_magic(fresh_kernel, "%memwatch --last")
+    assert "Cell magic `%%memwatch` not found" in _unknown_magic(fresh_kernel, "%%memwatch -q\nx = 2")
+    fresh_kernel.ok("%load_ext torchmem_magic")  # a second load brings every magic back
+    checked = fresh_kernel.ok("%memcheck x").of_type("display_data")
+    assert checked and "12 B" in checked[0]["content"]["data"]["text/plain"], checked
+    fresh_kernel.ok("%%memwatch -q\nx = 2")
+    assert fresh_kernel.value("torchmem_magic.last_report().status") == "ok"
+
+
 @pytest.mark.cuda
 def test_cuda_training_reports_vram(kernel: Kernel) -> None:
     if not kernel.value("torch.cuda.is_available()"):

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..holders import holder_trend
+from ..holders import holder_trend, top_holder, top_trend
 from ..model import Clock, RankSummary, VerdictName
 from ..report import LIVE_VERDICT_STEPS, diagnose
 from ..resources import RAM, VRAM
@@ -54,9 +54,8 @@ def _peak_bytes(feed: RankFeed) -> float:
 
 
 def _growing_holder(feed: RankFeed) -> str | None:
-    trends = [holder_trend(name, points) for name, points in feed.holder_series.items()]
-    growing = [t for t in trends if t.growing and t.growth_per_step]
-    return max(growing, key=lambda t: t.growth_per_step or 0.0).name if growing else None
+    top = top_trend(holder_trend(name, points) for name, points in feed.holder_series.items())
+    return None if top is None else top.name
 
 
 def _died(feed: RankFeed) -> str | None:
@@ -96,16 +95,13 @@ def judge_rank(feed: RankFeed, rank: int) -> RankLive:
 
 def from_summary(summary: RankSummary) -> RankLive:
     """A finished rank, as the final report judged it (so the last status line agrees with the report)."""
-    growing = sorted((s for s in summary.suspects if s.growth_per_step), key=lambda s: -(s.growth_per_step or 0.0))
-    holder = growing[0].name if growing else None
-    if holder is None and summary.verdict == "leak" and summary.suspects:
-        holder = summary.suspects[0].name
+    top = top_holder(summary.suspects, or_largest=summary.verdict == "leak")
     peak = summary.vram.allocated_peak_bytes if summary.vram is not None and summary.vram.allocated_peak_bytes else summary.ram.peak_bytes
     died = (summary.ended or "stopped") if summary.status == "killed" else None
     return RankLive(
         rank=summary.rank, pid=summary.pid, verdict=summary.verdict, resource=summary.resource,
         per_step_bytes=summary.per_step_bytes, clock=summary.clock, steps=summary.steps, peak_bytes=float(peak),
-        holder=holder, died=died, last_seen_s=summary.last_seen_s,
+        holder=None if top is None else top.name, died=died, last_seen_s=summary.last_seen_s,
         stalled_s=summary.stalled_s, exited_s=summary.exited_s,
     )
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import resources
+from ..holders import top_holder
 from ..model import Clock, RankSummary, ReportData
 from ..resources import HEAP, RAM
 from ..timeline import Timeline
@@ -172,9 +173,9 @@ def verdict_line(report: ReportData) -> str:
         parts.append(rate)
     if report.worst_rank is not None and report.verdict != "clean":
         parts.append(f"worst rank {report.worst_rank}")
-    growing = [s for s in report.suspects if s.growth_per_step]
-    if report.verdict in ("leak", "suspect") and (growing or report.suspects):
-        parts.append(f"held by {(growing or list(report.suspects))[0].name}")
+    holder = top_holder(report.suspects, or_largest=True)
+    if report.verdict in ("leak", "suspect") and holder is not None:
+        parts.append(f"held by {holder.name}")
     return " · ".join(parts)
 
 

@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from ..holders import top_holder
 from ..model import (
     HeapSummary,
     LiveStatus,
@@ -190,8 +191,7 @@ def _rank_cells(rank: RankSummary) -> list[str]:
     growth = "—"
     if rank.resource and rank.per_step_bytes is not None:
         growth = f"{rank.resource} {format_per_step(rank.per_step_bytes, rank.clock)}"
-    growing = sorted((s for s in rank.suspects if s.growth_per_step), key=lambda s: -(s.growth_per_step or 0.0))
-    holder = growing[0].name if growing else (rank.suspects[0].name if rank.suspects and rank.verdict == "leak" else "")
+    holder = top_holder(rank.suspects, or_largest=rank.verdict == "leak")
     return [
         str(rank.rank) + (f"@{rank.host}" if rank.host and rank.local_rank is not None and rank.rank != rank.local_rank else ""),
         str(rank.pid),
@@ -201,7 +201,7 @@ def _rank_cells(rank: RankSummary) -> list[str]:
         "—" if rank.vram is None else format_bytes(rank.vram.allocated_peak_bytes),
         growth,
         verdict,
-        holder,
+        "" if holder is None else holder.name,
     ]
 
 
