@@ -49,18 +49,24 @@ class AcceleratorProbe:
     columns: tuple[str, ...] = field(default=(VRAM.column, VRAM_RESERVED.column), init=False)
     _totals: dict[str, int | None] = field(default_factory=dict, repr=False, init=False)  # a device's size never changes
     _backends: tuple[Any, tuple[AcceleratorBackend, ...]] | None = field(default=None, repr=False, init=False)
+    _chosen: AcceleratorBackend | None = field(default=None, repr=False, init=False)
 
     def _torch_module(self) -> Any:
         return self._torch if self._torch is not None else sys.modules.get("torch")
 
     def backend(self) -> AcceleratorBackend | None:
-        """The backend in use: the first one the user's code initialised (None before any)."""
+        """The backend in use: the first one the user's code initialised (None before any). Read at every
+        sampled step, so it asks only the backends this torch has, and keeps the one found (an
+        accelerator, once initialised, stays so for the life of the process)."""
         torch = self._torch_module()
         if torch is None:
             return None
         if self._backends is None or self._backends[0] is not torch:  # torch imported after the probe was made
-            self._backends = (torch, backends_of(torch))
-        return next((b for b in self._backends[1] if b.initialised()), None)
+            self._backends = (torch, tuple(b for b in backends_of(torch) if b.available()))
+            self._chosen = None
+        if self._chosen is None:
+            self._chosen = next((b for b in self._backends[1] if b.initialised()), None)
+        return self._chosen
 
     def _in_use(self) -> tuple[AcceleratorBackend | None, list[DeviceStats]]:
         backend = self.backend()
