@@ -128,15 +128,15 @@ class ActionResult:
             parts.append(f"heap {format_bytes(self.heap_before)} → {format_bytes(self.heap_after)}")
         if self.cuda_reserved_before is not None:
             parts.append(
-                f"CUDA allocated {format_bytes(self.cuda_allocated_before)} → {format_bytes(self.cuda_allocated_after)}, "
+                f"VRAM allocated {format_bytes(self.cuda_allocated_before)} → {format_bytes(self.cuda_allocated_after)}, "
                 f"reserved {format_bytes(self.cuda_reserved_before)} → {format_bytes(self.cuda_reserved_after)}"
             )
         return " · ".join(parts) + (f" — {self.note}" if self.note else "")
 
 
-def _snapshot() -> tuple[int | None, int, int | None, int | None]:
+def _snapshot(accelerator: AcceleratorProbe) -> tuple[int | None, int, int | None, int | None]:
     heap = HeapProbe().heap_bytes()
-    vram = AcceleratorProbe().read()
+    vram = accelerator.read()
     allocated, reserved = vram[VRAM.column], vram[VRAM_RESERVED.column]
     return (
         None if heap != heap else int(heap),
@@ -146,10 +146,14 @@ def _snapshot() -> tuple[int | None, int, int | None, int | None]:
     )
 
 
-def _measured(name: str, action: Callable[[], str]) -> ActionResult:
-    heap0, rss0, alloc0, res0 = _snapshot()
+def _measured(name: str, action: Callable[[], str], accelerator: AcceleratorProbe | None = None) -> ActionResult:
+    """`action`, with what RAM, the heap and the accelerator in use held before and after it."""
+    probe = accelerator or AcceleratorProbe()
+    heap0, rss0, alloc0, res0 = _snapshot(probe)
     note = action()
-    heap1, rss1, alloc1, res1 = _snapshot()
+    heap1, rss1, alloc1, res1 = _snapshot(probe)
+    if res0 is not None and res1 is None:  # the accelerator stays initialised: no device holds memory any more
+        alloc1 = res1 = 0
     return ActionResult(name, heap0, heap1, rss0, rss1, alloc0, alloc1, res0, res1, note)
 
 
@@ -157,12 +161,14 @@ def collect_garbage(accelerator: AcceleratorProbe | None = None) -> ActionResult
     """`gc.collect()`, then the empty_cache() of the accelerator in use (CUDA, MPS, ...) when the user's
     code has initialised one (`accelerator`: the probe to ask, every device by default)."""
 
+    probe = accelerator or AcceleratorProbe()
+
     def run() -> str:
         found = gc.collect()
-        (accelerator or AcceleratorProbe()).empty_cache()
+        probe.empty_cache()
         return f"{found} unreachable objects collected"
 
-    return _measured("gc + empty_cache", run)
+    return _measured("gc + empty_cache", run, probe)
 
 
 def return_heap_to_os() -> ActionResult:

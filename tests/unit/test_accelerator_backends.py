@@ -207,3 +207,15 @@ def test_the_generic_backend_leaves_cuda_and_mps_to_their_own() -> None:
         accelerator = SimpleNamespace(current_accelerator=lambda check_available=False, k=kind: SimpleNamespace(type=k))
         backend = AcceleratorModuleBackend(SimpleNamespace(accelerator=accelerator, cuda=None, mps=None))
         assert not backend.available() and not backend.initialised()
+
+
+def test_the_gc_button_reads_zero_when_empty_cache_gives_every_byte_back() -> None:
+    """After empty_cache() no device holds memory, so the probe lists none: the button's 'after' figures
+    are 0 B (the accelerator is still initialised), not unknown."""
+    device = Device()
+    in_use = {0: (0, 2 * GIB)}  # all of it cached, nothing allocated
+    cuda = fake_cuda(device, in_use)
+    cuda.empty_cache = lambda: in_use.clear()  # type: ignore[attr-defined]
+    result = collect_garbage(AcceleratorProbe(_torch=SimpleNamespace(cuda=cuda)))
+    assert (result.cuda_reserved_before, result.cuda_reserved_after, result.cuda_allocated_after) == (2 * GIB, 0, 0)
+    assert "reserved 2.0 GiB → 0 B" in str(result)
