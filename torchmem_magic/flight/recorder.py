@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..timeline import Timeline
 
 
-class RecordedSession(Protocol):
+class RecordedRun(Protocol):
     """What the recorder reads of the run it records (the session's live view)."""
 
     @property
@@ -131,22 +131,22 @@ class FlightRecorder:
         self._next_flush_s = 0.0
         self._rewrite_at_bytes = MAX_BYTES
 
-    def start(self, session: RecordedSession) -> None:
-        """Create the record and write who, where and under which limits (after the session's start)."""
+    def start(self, run: RecordedRun) -> None:
+        """Create the record and write who, where and under which limits (after the run's start)."""
         identity = notebook_identity()
         pid = os.getpid()
         started_ns = time.time_ns()
         self.path = self.directory / f"{identity_key(identity)}-{pid}-{started_ns}{SUFFIX}"
-        limit = session.ram_limit
-        shm = session.shm_usage()
+        limit = run.ram_limit
+        shm = run.shm_usage()
         self._hello = {
             "k": "hello", "format": FORMAT, "pid": pid, "proc_start": process_start_ticks(pid),
             "uid": os.getuid() if hasattr(os, "getuid") else None, "host": socket.gethostname(),
-            "notebook": identity, "cell": self.cell[:2000], "started_wall_s": session.started_wall_s,
-            "interval_s": session.interval_s, "ram_limit_bytes": limit.limit_bytes,
-            "ram_limit_source": limit.source, "heap_available": session.heap_available,
-            "shm_path": session.shm_path, "shm_total_bytes": None if shm is None else shm.total_bytes,
-            "devices": [d.to_dict() for d in session.devices_at_start],
+            "notebook": identity, "cell": self.cell[:2000], "started_wall_s": run.started_wall_s,
+            "interval_s": run.interval_s, "ram_limit_bytes": limit.limit_bytes,
+            "ram_limit_source": limit.source, "heap_available": run.heap_available,
+            "shm_path": run.shm_path, "shm_total_bytes": None if shm is None else shm.total_bytes,
+            "devices": [d.to_dict() for d in run.devices_at_start],
             "oom_kills": oom_kill_counts(),
         }
         try:
@@ -166,52 +166,52 @@ class FlightRecorder:
         except OSError:
             self.errors += 1
 
-    def on_sample(self, session: RecordedSession, now_s: float) -> None:
+    def on_sample(self, run: RecordedRun, now_s: float) -> None:
         """Called after each background reading: every FLUSH_PERIOD_S, append what is new. Never raises
         (the reading it follows must not be lost to a failure here)."""
         if self._fd is None or now_s < self._next_flush_s:
             return
         self._next_flush_s = now_s + FLUSH_PERIOD_S
         try:
-            self._flush(session)
+            self._flush(run)
         except Exception:
             self.errors += 1
 
-    def _flush(self, session: RecordedSession) -> None:
+    def _flush(self, run: RecordedRun) -> None:
         lines = []
         while len(self.outbox):
-            lines.append(_line(self._events(session, self.outbox.take())))
-        if session.holder_scans_so_far != self._holder_scans:
-            self._holder_scans = session.holder_scans_so_far
-            series, suspects = session.holders_so_far()
+            lines.append(_line(self._events(run, self.outbox.take())))
+        if run.holder_scans_so_far != self._holder_scans:
+            self._holder_scans = run.holder_scans_so_far
+            series, suspects = run.holders_so_far()
             self._holders = {
                 "k": "holders", "pid": self._hello["pid"],
                 "series": {name: [list(p) for p in points] for name, points in series.items()},
                 "suspects": [s.to_dict() for s in suspects],
             }
             lines.append(_line(self._holders))
-        verdict = session.last_live_verdict()
+        verdict = run.last_live_verdict()
         if verdict is not None and (self._verdict is None or self._verdict["text"] != verdict[1]):
             self._verdict = {"k": "verdict", "pid": self._hello["pid"], "t_s": verdict[0], "text": verdict[1]}
             lines.append(_line(self._verdict))
         if lines:
             self._write(b"".join(lines))
         if self.bytes_written > self._rewrite_at_bytes:
-            self._rewrite(session)
+            self._rewrite(run)
 
-    def _events(self, session: RecordedSession, events: list[Any]) -> dict[str, Any]:
+    def _events(self, run: RecordedRun, events: list[Any]) -> dict[str, Any]:
         return events_message(
-            self._hello["pid"], session.clock, session.clock_counts, session.elapsed_s, self.outbox.dropped, events
+            self._hello["pid"], run.clock, run.clock_counts, run.elapsed_s, self.outbox.dropped, events
         )
 
-    def _rewrite(self, session: RecordedSession) -> None:
-        """The record again from the session's bounded timeline: written aside, then renamed over."""
+    def _rewrite(self, run: RecordedRun) -> None:
+        """The record again from the run's bounded timeline: written aside, then renamed over."""
         assert self.path is not None and self._fd is not None
-        timeline = session.timeline
+        timeline = run.timeline
         events = [*_series_events("t", timeline.by_time), *_series_events("s", timeline.by_step)]
         events += [["p", m.t_s, m.loader, list(m.steps)] for m in timeline.epochs]
         self.outbox.take(len(self.outbox))  # all of it is in the timeline already
-        body = [_line(self._hello), _line(self._events(session, events))]
+        body = [_line(self._hello), _line(self._events(run, events))]
         body += [_line(m) for m in (self._holders, self._verdict) if m is not None]
         aside = self.path.with_name(self.path.name + ".tmp")
         try:
