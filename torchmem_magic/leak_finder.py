@@ -13,9 +13,9 @@ from .holders import first_named_step, holder_trend, live_holder_line, with_tren
 from .model import Suspect
 from .ranks.settings import StartScan
 from .scan.memo import ScanMemo, scan_reusing
-from .scan.results import Budget, Root
+from .scan.results import Budget, Root, RootStats
 from .scan.scanner import scan_roots
-from .suspects import baseline_of, suspects_from_scan, suspects_from_stats
+from .suspects import baseline_of, growing_suspect, suspects_from_scan, suspects_from_stats
 
 START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals are needed
 END_SCAN_BUDGET = Budget(time_s=1.0)
@@ -67,6 +67,7 @@ class LeakFinder:
         self._keep_scanned = keep_scanned_holders
         self.start_scan: StartScan | None = None
         self._baseline: dict[str, int] = {}
+        self._places_before: dict[str, dict[str, int]] = {}  # where each name kept its tensors before the run
         self._tracker: HolderTracker | None = None
         self._final_series: HolderSeries = {}
         self.first_named_step: int | None = None  # when the live status line first named a holder
@@ -89,6 +90,7 @@ class LeakFinder:
         else:
             before = scan_roots([r for r in roots if r.name not in inherited.baseline], START_SCAN_BUDGET)
         del roots
+        self._places_before = {s.name: dict(s.places) for s in before.roots if s.places}
         cheap = frozenset(
             s.name for s in before.roots if s.objects + s.plain_objects < CHEAP_OBJECTS and not s.truncated
         )
@@ -138,6 +140,7 @@ class LeakFinder:
                 self._memo, self._roots(), END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS
             )
             found = suspects_from_scan(result, self.sources, self._baseline)
+            found.extend(self._growing_holders(result.roots, {s.name for s in found}))
             if self._keep_scanned and tracker is not None:
                 names = {s.name for s in found}
                 gone = [stats for stats in tracker.measured() if stats.name not in names]
@@ -145,6 +148,18 @@ class LeakFinder:
             return tuple(found)
         finally:
             self.close()
+
+    def _growing_holders(self, measured: list[RootStats], named: set[str]) -> list[Suspect]:
+        """The holders the scans during the run saw growing with the steps that no rule on a single scan
+        names (`growing_suspect`)."""
+        growing = {name for name, points in self._final_series.items() if holder_trend(name, points).growing}
+        found = []
+        for stats in measured:
+            if stats.name in growing and stats.name not in named:
+                suspect = growing_suspect(stats, self.sources, self._baseline, self._places_before.get(stats.name))
+                if suspect is not None:
+                    found.append(suspect)
+        return found
 
     def close(self) -> None:
         """Let go of the roots provider (it may reference the user's namespace); idempotent."""

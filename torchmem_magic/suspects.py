@@ -136,7 +136,7 @@ def _function_fix(kind: str, stats: RootStats, path: str, held: tuple[str, SlotS
 
 
 def _slot_variable(slot: FunctionSlot) -> str:
-    return f"self.{slot.variable}" if slot.kind == "attribute" else slot.variable
+    return f"self.{slot.variable}" if slot.kind in ("attribute", "class") else slot.variable
 
 
 def _noun(type_name: str) -> str:
@@ -152,6 +152,8 @@ def _slot_words(slot: FunctionSlot) -> str:
     if slot.kind == "closure":
         closure = f" ({slot.outer}'s closure)" if slot.outer else ""
         return f"the {_noun(slot.holds)} `{slot.variable}` captured by {function}{closure}"
+    if slot.kind == "class":
+        return f"the {_noun(slot.holds)} `{slot.outer}.{slot.variable}`, a class attribute every {slot.outer} shares,"
     owner = slot.outer or "object"
     return f"the {_noun(slot.holds)} `self.{slot.variable}` of the {owner} that {function} is bound to"
 
@@ -168,6 +170,11 @@ def _remedy(kind: str, stats: RootStats, held: SlotStats, local: str, body: list
         if method is None or found is None:
             return fresh
         return f"{fresh}; to keep a history, {_storing(kind, stats, method, found, local, slot.function)}"
+    if slot.kind == "class":  # lives as long as the class: one per instance goes with its instance
+        own = f"give each instance its own (`self.{slot.variable} = {_EMPTY.get(slot.holds, '...')}` in `__init__`)"
+        if method is None:
+            return f"{own} and keep only what you need"
+        return f"{own}, and {_storing(kind, stats, method, found, local, slot.function)}"
     if method is None:  # no graphs, not numbers: the tensors themselves are the memory
         return (
             f"keep only what you need (a rolling window `{local} = collections.deque(maxlen=100)`, "
@@ -234,6 +241,38 @@ def suspects_from_stats(
             )
         )
     return list(by_retained(suspects))
+
+
+def grown_place(stats: RootStats, before: dict[str, int] | None) -> str | None:
+    """Where a holder's tensors grew most since `before` (its places then), or its largest place."""
+    earlier = before or {}
+    growth = {place: nbytes - earlier.get(place, 0) for place, nbytes in stats.places.items()}
+    place = max(growth, key=lambda p: (growth[p], p), default=None)
+    return place if place is not None and growth[place] > 0 else None
+
+
+def growing_suspect(
+    stats: RootStats, sources: list[str], baseline: dict[str, int], before: dict[str, int] | None
+) -> Suspect | None:
+    """A holder its scans saw growing with the steps that no rule of `classify` names (a buffer a module
+    re-registers bigger at each step, detached tensors in an object's list): its growth is the evidence
+    (a module's parameters and an optimizer's state, filled once, do not grow). Named at the place that
+    grew; None when no tensor grew anywhere."""
+    place = grown_place(stats, before)
+    if place is None or classify(stats) is not None:
+        return None
+    fallback = (
+        f"{place} grows with the steps: keep only what you need (a bounded window, summaries instead of "
+        "whole tensors), or clear it when done"
+    )
+    scalars = stats.scalar_tensors == stats.tensors
+    fix = _with_line(fix_append(place, "item", sources), fallback) if scalars else fallback
+    before_bytes = baseline.get(stats.name)
+    return Suspect(
+        name=stats.name, path=place, kind="tensor-cache", tensors=stats.tensors, graph_nodes=stats.graph_nodes,
+        retained_bytes=stats.retained_bytes, new_in_cell=before_bytes is None or stats.retained_bytes > before_bytes,
+        fix=fix,
+    )
 
 
 def baseline_of(result: ScanResult) -> dict[str, int]:

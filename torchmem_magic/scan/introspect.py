@@ -11,6 +11,7 @@ read through torch's methods while tensor subclasses' `__torch_function__` is di
 
 from __future__ import annotations
 
+import sys
 import types
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +34,7 @@ TRACEBACK = "traceback"
 GENERATOR = "generator"
 EXCEPTION = "exception"
 OBJECT = "object"
+CLASS = "class"  # a class named as a root (types met inside objects are skipped): its own containers
 
 # How a child is reached from its parent; the token says which one (paths.py spells it out).
 INDEX = "index"  # token: the position, `[3]`
@@ -54,6 +56,20 @@ _SKIP_TYPES: tuple[type, ...] = (
     property, classmethod, staticmethod, memoryview,
 )
 _GENERATOR_TYPES = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+#: The process' own machinery, where a scan stops: threads and processes (a worker queue's feeder thread
+#: keeps `sys.stderr`), IO streams and sockets (the kernel's stdout reaches its session, the shell and the
+#: namespace), event loops, executors, loggers (their manager reaches every logger of the process), and
+#: the application objects of the Jupyter stack (traitlets' HasTraits: the shell, the kernel, its session,
+#: widgets). Whatever a user's object keeps there is the process', not the user's: were it walked, the
+#: namespace's tensors would be blamed on the first name that reaches a thread. Named by (module, class),
+#: read from `sys.modules` (never imported here: a module not loaded has no such objects).
+_BOUNDARY_CLASSES = (
+    ("threading", "Thread"), ("multiprocessing.process", "BaseProcess"), ("_io", "_IOBase"),
+    ("socket", "socket"), ("selectors", "BaseSelector"), ("asyncio.events", "AbstractEventLoop"),
+    ("concurrent.futures._base", "Executor"), ("logging", "Logger"), ("logging", "Handler"),
+    ("logging", "Manager"), ("traitlets.traitlets", "HasTraits"), ("zmq.sugar.context", "Context"),
+    ("zmq.sugar.socket", "Socket"),
+)
 _PACKAGE = __name__.partition(".")[0]  # torchmem_magic, not this subpackage
 
 # The C-level getters, taken from the defining type's own __dict__, so no subclass can replace them.
@@ -76,6 +92,7 @@ _frame_locals: Callable[[Any], Any] = types.FrameType.__dict__["f_locals"].__get
 _frame_globals: Callable[[Any], Any] = types.FrameType.__dict__["f_globals"].__get__
 _frame_code: Callable[[Any], types.CodeType] = types.FrameType.__dict__["f_code"].__get__
 _code_name: Callable[[types.CodeType], str] = types.CodeType.__dict__["co_name"].__get__
+_module_dict: Callable[[types.ModuleType], dict[str, Any]] = vars(types.ModuleType)["__dict__"].__get__
 _tb_frame: Callable[[Any], Any] = types.TracebackType.__dict__["tb_frame"].__get__
 _tb_next: Callable[[Any], Any] = types.TracebackType.__dict__["tb_next"].__get__
 _EXCEPTION_FIELDS = ("__traceback__", "__context__", "__cause__", "args")
@@ -84,6 +101,28 @@ _exception_getters: dict[str, Callable[[Any], Any]] = {
 }
 _GENERATOR_FRAMES: dict[type, str] = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame"}
 _CACHE_TYPES = (list, dict, set, deque, defaultdict, OrderedDict)  # what a method's object may fill between calls
+
+
+def boundary_types() -> frozenset[type]:
+    """The classes of the process' machinery loaded now (see _BOUNDARY_CLASSES)."""
+    found: set[type] = set()
+    for module_name, class_name in _BOUNDARY_CLASSES:
+        module = sys.modules.get(module_name)
+        if module is not None and issubclass(type(module), types.ModuleType):
+            cls = _module_dict(module).get(class_name)
+            if isinstance(cls, type):  # a class of the standard library or the Jupyter stack: no user code
+                found.add(cls)
+    return frozenset(found)
+
+
+def is_boundary(cls: type, boundaries: frozenset[type]) -> bool:
+    """Whether instances of `cls` belong to the process' machinery: its MRO (C-level) meets a boundary."""
+    return not boundaries.isdisjoint(_type_mro(cls))
+
+
+def is_user_class(obj: Any, categories: TypeCategories) -> bool:
+    """A class (not a module, a function or a builtin) whose instances the scan would walk."""
+    return issubclass(type(obj), type) and categories.of(obj) == OBJECT
 
 
 def lookup_in_type(cls: type, name: str) -> Any:
@@ -109,6 +148,8 @@ class TypeCategories:
     def __init__(self, torch: Any) -> None:
         self.known: dict[type, str] = {}
         self._torch = torch  # None when torch was never imported: then nothing is a tensor
+        self._boundaries = boundary_types()
+        self._class_children: dict[type, tuple[Child, ...]] = {}  # held for one scan only (see `release`)
 
     def of(self, cls: type) -> str:
         cached = self.known.get(cls)
@@ -118,6 +159,18 @@ class TypeCategories:
         self.known[cls] = category
         return category
 
+    def class_children(self, cls: type) -> tuple[Child, ...]:
+        """The containers an instance of `cls` reaches through its classes (see `class_containers`),
+        looked up once per type: a scan meets the same classes' instances thousands of times."""
+        found = self._class_children.get(cls)
+        if found is None:
+            found = self._class_children[cls] = tuple(class_containers(cls))
+        return found
+
+    def release(self) -> None:
+        """Drop the class containers looked up (the scan keeps no reference once it ends)."""
+        self._class_children.clear()
+
     def _decide(self, cls: type) -> str:
         torch = self._torch
         if issubclass(cls, ATOMIC_TYPES):
@@ -126,7 +179,7 @@ class TypeCategories:
             return TENSOR
         if issubclass(cls, _SKIP_TYPES) or (
             type_dict(cls).get("__module__") == "numpy" and type_name(cls) == "ndarray"
-        ) or is_ours(cls):
+        ) or is_ours(cls) or is_boundary(cls, self._boundaries):
             return SKIP
         if issubclass(cls, (list, tuple, deque)):
             return SEQUENCE
@@ -261,6 +314,21 @@ def _object_children(obj: Any) -> Iterator[Child]:
                     pass
 
 
+def class_containers(cls: type, own_only: bool = False) -> Iterator[Child]:
+    """The builtin containers a class keeps in its own namespace (`class Tap: store = {}`), for it and
+    the classes it derives from (or only its own): shared by every instance and alive as long as the
+    class, so what `self.store[k] = out` fills is held there, not by any instance. Dunder names and the
+    builtin classes are the language's."""
+    for klass in (cls,) if own_only else _type_mro(cls):
+        if type_dict(klass).get("__module__") == "builtins":
+            continue
+        owner = type_name(klass)
+        for name, value in dict.items(dict(type_dict(klass))):
+            if type(value) in _CACHE_TYPES and type(name) is str and not name.startswith("__"):
+                slot = FunctionSlot("class", owner, name, type_name(type(value)), owner)
+                yield value, SLOT, (f".{name}", slot)
+
+
 def _function_slots(function: Any) -> Iterator[Child]:
     """A function's captured variables and default arguments, each named as its code names it."""
     code = _function_code(function)
@@ -296,7 +364,7 @@ def _method_slots(function: Any, owner: Any) -> Iterator[Child]:
     call (`self.outputs.append(out)`). Private ones are a class' machinery (nn.Module's `_parameters`),
     and objects the traversal skips (types, this package's) are not looked into."""
     cls = type(owner)
-    if issubclass(cls, _SKIP_TYPES + ATOMIC_TYPES) or is_ours(cls):
+    if issubclass(cls, _SKIP_TYPES + ATOMIC_TYPES) or is_ours(cls) or is_boundary(cls, boundary_types()):
         return
     name = _function_name(function) if type(function) is types.FunctionType else type_name(type(function))
     for value, how, attribute in _object_children(owner):

@@ -10,6 +10,7 @@ from ..model import TensorFinding
 # A retained autograd node costs ~600-800 B of heap: deleting retained graphs gives back about this
 # much per node on top of their tensors (the kernel tests check retained bytes against it, ±15%).
 NODE_BYTES = 700
+MAX_PLACES = 64  # places kept per root (the first met; a holder's few containers in practice)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,10 @@ class RootStats:
     first_tensor_path: str | None = None
     graph_paths: list[str] = field(default_factory=list)  # a few paths of graph-holding tensors
     slots: dict[str, SlotStats] = field(default_factory=dict)  # by the slot's path: `log.__defaults__[0]`
+    #: tensor bytes (first counted here) by where they are kept: the container holding them
+    #: (`logger.hist`), or the attribute that is one (`net.seen`); at most MAX_PLACES places, so a
+    #: holder's growth is placed by comparing two scans' figures
+    places: dict[str, int] = field(default_factory=dict)
 
     @property
     def retained_bytes(self) -> int:

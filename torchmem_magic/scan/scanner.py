@@ -8,9 +8,10 @@ records are counted without being visited, and paths stay lazy until a tensor is
 
 from __future__ import annotations
 
+import re
 import sys
 import time
-from itertools import count, repeat
+from itertools import chain, count, repeat
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,25 +21,30 @@ from .introspect import (
     ATOMIC,
     ATOMIC_EXACT,
     ATTR,
+    CLASS,
     INDEX,
     KEY,
     KEY_OBJECT,
     MAPPING,
+    OBJECT,
     SEQUENCE,
     SKIP,
     TENSOR,
     StorageKey,
     TypeCategories,
     children,
+    class_containers,
+    is_user_class,
     plain_data_containers,
     tensor_storage,
     type_name,
 )
 from .paths import LazyPath, innermost_slot, path_text, pretty_path
-from .results import NODE_BYTES, Budget, FunctionSlot, Root, RootStats, ScanResult, SlotStats
+from .results import MAX_PLACES, NODE_BYTES, Budget, FunctionSlot, Root, RootStats, ScanResult, SlotStats
 
 # A tensor reachable from several names is counted for the first: user names before IPython's caches.
 _KIND_ORDER = {"user": 0, "output-cache": 1, "traceback": 2}
+_LAST_ITEM = re.compile(r"(\[[^\[\]]*\]|\{…\}|\.keys\(\)\[[^\[\]]*\])$")  # `[3]`, `['val']`, a set's `{…}`
 
 
 def scan_roots(roots: list[Root], budget: Budget | None = None, seen: Iterable[int] = ()) -> ScanResult:
@@ -107,6 +113,7 @@ class Scanner:
         )
         # drop every reference to user objects and autograd nodes
         walker.release()
+        self._categories.release()
         self._tensors.clear()
         self._visited.clear()
         return result
@@ -127,7 +134,9 @@ class Scanner:
             if oid in visited:
                 continue
             category = categories.get(type(obj)) or category_of(type(obj))
-            if category is ATOMIC or category is SKIP:
+            if category is SKIP and depth == 0 and is_user_class(obj, self._categories):
+                category = CLASS  # a class the user named: what it keeps for its instances
+            elif category is ATOMIC or category is SKIP:
                 continue
             visited.add(oid)
             self.objects += 1
@@ -172,6 +181,10 @@ class Scanner:
                 for key in obj:
                     if type(key) not in ATOMIC_EXACT and id(key) not in visited:  # e.g. optimizer state
                         out.append((key, (path, KEY_OBJECT, key), depth))
+        elif category is OBJECT:  # its attributes, then what its classes keep for every instance
+            items = chain(children(obj, category), self._categories.class_children(cls))
+        elif category is CLASS:
+            items = class_containers(obj, own_only=True)
         else:
             items = children(obj, category)
         plain_objects = 0
@@ -216,10 +229,23 @@ class Scanner:
             root.first_tensor_path = path
         if scalar:
             root.scalar_tensors += 1
+        if counted and nbytes:
+            self._record_place(root, path, nbytes)
         slot = innermost_slot(lazy_path)
         if slot is not None:
             self._record_in_slot(root, slot[0], slot[1], path, nbytes if counted else 0, scalar)
         self._tensors.append(ReachedTensor(path, root, t, nbytes, counted))
+
+    @staticmethod
+    def _record_place(root: RootStats, path: str, nbytes: int) -> None:
+        """Count a tensor's bytes against its place: the container it is an item of, else itself
+        (`net.seen`, `model[0].weight`: a module's registered tensors are its attributes)."""
+        place = _LAST_ITEM.sub("", path) or path
+        places = root.places
+        if place in places:
+            places[place] += nbytes
+        elif len(places) < MAX_PLACES:
+            places[place] = nbytes
 
     @staticmethod
     def _record_in_slot(
