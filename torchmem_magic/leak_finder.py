@@ -150,15 +150,21 @@ class LeakFinder:
             self.close()
 
     def _growing_holders(self, measured: list[RootStats], named: set[str]) -> list[Suspect]:
-        """The holders the scans during the run saw growing with the steps that no rule on a single scan
-        names (`growing_suspect`)."""
-        growing = {name for name, points in self._final_series.items() if holder_trend(name, points).growing}
+        """The holders no rule on a single scan names that grew: with the steps in the scans during the
+        run, or, for a name too big for them, inside one of its containers (`growing_suspect`)."""
+        series = self._final_series
         found = []
         for stats in measured:
-            if stats.name in growing and stats.name not in named:
-                suspect = growing_suspect(stats, self.sources, self._baseline, self._places_before.get(stats.name))
-                if suspect is not None:
-                    found.append(suspect)
+            if stats.name in named or stats.kind != "user":
+                continue
+            points = series.get(stats.name, [])
+            measured_often = len(points) > 2  # the baseline and a scan or two say nothing of a trend
+            if measured_often and not holder_trend(stats.name, points).growing:
+                continue
+            before = self._places_before.get(stats.name)
+            suspect = growing_suspect(stats, self.sources, self._baseline, before, growing=measured_often)
+            if suspect is not None:
+                found.append(suspect)
         return found
 
     def close(self) -> None:

@@ -252,15 +252,21 @@ def grown_place(stats: RootStats, before: dict[str, int] | None) -> str | None:
 
 
 def growing_suspect(
-    stats: RootStats, sources: list[str], baseline: dict[str, int], before: dict[str, int] | None
+    stats: RootStats, sources: list[str], baseline: dict[str, int], before: dict[str, int] | None,
+    growing: bool = True,
 ) -> Suspect | None:
-    """A holder its scans saw growing with the steps that no rule of `classify` names (a buffer a module
-    re-registers bigger at each step, detached tensors in an object's list): its growth is the evidence
-    (a module's parameters and an optimizer's state, filled once, do not grow). Named at the place that
-    grew; None when no tensor grew anywhere."""
+    """A holder that no rule of `classify` names but that grew: `growing`, its scans during the run saw
+    it grow with the steps (a buffer a module re-registers bigger at each step; a module's parameters
+    and an optimizer's state, filled once, do not grow); else, unmeasured during the run (too big to
+    rescan between steps), a container inside it filled with >= 1 MiB of tensors since the scan before
+    the run (no-grad validation outputs in a LightningModule's list). Named at the place that grew."""
     place = grown_place(stats, before)
     if place is None or classify(stats) is not None:
         return None
+    if not growing and not (
+        place in stats.container_places and stats.places[place] - (before or {}).get(place, 0) >= MIB
+    ):
+        return None  # unmeasured during the run: only a container filled with >= 1 MiB in the cell is one
     fallback = (
         f"{place} grows with the steps: keep only what you need (a bounded window, summaries instead of "
         "whole tensors), or clear it when done"

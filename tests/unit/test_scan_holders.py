@@ -111,3 +111,36 @@ def test_a_scan_stops_at_threads_and_streams() -> None:
     result = scan_roots([Root("worker", "user", "worker", worker)])
     assert result.roots[0].tensors == 0, result.roots[0].first_tensor_path
     assert scan_roots([Root("namespace", "user", "namespace", namespace)]).roots[0].tensors == 1
+
+
+class Loop:
+    """Run state too big to rescan between steps: tens of thousands of plain records, objects."""
+
+    def __init__(self) -> None:
+        self.records = [{"id": i, "label": i % 7, "path": f"img_{i}.png"} for i in range(40_000)]
+        self.events = [object() for _ in range(12_000)]
+
+
+class RunState(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(64, 64)
+        self.loop = Loop()
+        self.validation_outputs: list[torch.Tensor] = []
+
+
+def test_no_grad_outputs_in_a_list_deep_in_an_object_too_big_to_rescan_are_named() -> None:
+    state = RunState()
+    opt = torch.optim.SGD(state.parameters(), lr=0.01)
+    for run in range(2):  # the second run starts from the first's scans (the fingerprint memo)
+        with memwatch(quiet=True) as w:
+            for _ in range(100):
+                loss = state.net(torch.randn(256, 64)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                with torch.no_grad():  # how Lightning runs validation: outputs without a graph
+                    state.validation_outputs.append(state.net(torch.randn(256, 64)))
+        top = w.report.suspects[0] if w.report.suspects else None
+        assert top is not None and (top.name, top.path, top.kind) == ("state", "state.validation_outputs", "tensor-cache"), (
+            run, w.report.suspects)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any
 
-from .introspect import ATOMIC, EXCEPTION, FRAME, SKIP, TENSOR, TRACEBACK, TypeCategories, children
+from .introspect import ATOMIC, EXCEPTION, FRAME, OBJECT, SKIP, TENSOR, TRACEBACK, TypeCategories, children
 from .results import Budget, Root, RootStats, ScanResult
 from .scanner import scan_roots
 
@@ -31,6 +31,7 @@ MAX_NODES = 64  # objects looked at per name
 MAX_DEPTH = 3
 EDGE_ITEMS = 4  # items taken from each end of a container
 OBJECT_ATTRIBUTES = 32  # attributes taken from an object
+OBJECT_LENGTHS = 256  # attributes of an object whose length (lists, dicts) is part of the fingerprint
 
 Fingerprint = tuple[int, ...]
 #: an exception and its traceback never change once raised: their ids are their fingerprint
@@ -90,7 +91,15 @@ def _walk(obj: Any, categories: TypeCategories, grad_of: Any, is_leaf: Any, out:
             # a container subclass: its first items; an object: its attributes (an nn.Module's own come
             # after a dozen of torch's)
             limit = 2 * EDGE_ITEMS if length is not None else OBJECT_ATTRIBUTES
-            items = (child for child, _, _ in islice(children(node, category), limit))
+            if length is None and category is OBJECT:
+                # every exact list/dict attribute's length, past the sampled ones too (a LightningModule's
+                # own `validation_outputs` come after dozens of torch's), and its classes' containers
+                found = [child for child, _, _ in islice(children(node, category), OBJECT_LENGTHS)]
+                found.extend(child for child, _, _ in categories.class_children(cls))
+                out.extend(len(child) for child in found if type(child) is list or type(child) is dict)
+                items = found[:limit]
+            else:
+                items = (child for child, _, _ in islice(children(node, category), limit))
         if depth < MAX_DEPTH:
             queue.extend((child, depth + 1) for child in items)
 

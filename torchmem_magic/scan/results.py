@@ -90,6 +90,7 @@ class RootStats:
     #: (`logger.hist`), or the attribute that is one (`net.seen`); at most MAX_PLACES places, so a
     #: holder's growth is placed by comparing two scans' figures
     places: dict[str, int] = field(default_factory=dict)
+    container_places: set[str] = field(default_factory=set)  # the places that are containers (not a tensor)
 
     @property
     def retained_bytes(self) -> int:

@@ -246,6 +246,8 @@ class Scanner:
             places[place] += nbytes
         elif len(places) < MAX_PLACES:
             places[place] = nbytes
+            if place != path:
+                root.container_places.add(place)
 
     @staticmethod
     def _record_in_slot(
