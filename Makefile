@@ -12,6 +12,9 @@
 #               benchmarks and rewrite their tables in the docs pages (docs/benchmarks.md, docs/verdicts.md,
 #               docs/leak-finder.md)
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
+#   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
+#               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
+#               not part of `make test`
 #   make device-check  on a machine with a CUDA GPU: check what only a real device shows (tools/device_check),
 #               with the machine's own python3 and torch (no venv: a CUDA torch is what it needs); writes
 #               device_check.json and device_check.txt (see docs/layout.md, "GPU check")
@@ -44,7 +47,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench device-check clean
+.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench stress-holders device-check clean
 
 setup: $(STAMP)
 
@@ -120,6 +123,9 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/run_all.py
+
+stress-holders: setup
+	PYTHON=$(BIN)/python tools/no_flips 3 tests/kernel/test_framework_loops.py
 
 device-check:
 	$(PYTHON) tools/device_check --out device_check.json

@@ -2,6 +2,9 @@
 
 Used by the verdict tests (in a real kernel) and by bench/verdicts.py (the seeds' rules vs ours).
 Each leak maps to (cell body, the leak kind it must be called); each clean loop to its body.
+HOLDER_LEAKS and HOLDER_CLEAN (at the end) are loops through Lightning, transformers, torchmetrics and
+Accelerate, and plain-PyTorch holder shapes, whose holder (HOLDERS) tests/kernel/test_framework_loops.py
+checks is named first.
 A name also says what its verdict must be found with:
 - `_no_optimizer`: no optimizer, so the steps are backward passes (or forward calls when there is no backward);
 - `_graph_only`: only autograd graph nodes pile up (backward already freed their saved tensors), a few KiB a step;
@@ -584,4 +587,312 @@ CLEAN = {
         "    with torch.no_grad():\n"
         "        window = torch.cat([window, model[:2](x)])[-2048:]\n"
     ),
+}
+
+
+# Loops whose holder the report must name ---------------------------------------------------------------
+# Through the frameworks users train with (Lightning, Hugging Face transformers, torchmetrics, Accelerate),
+# and holder shapes of plain PyTorch that the loops above do not have (a registered buffer, a class
+# attribute, a list deep in a big object; DataLoader workers that must stay clean). They run after SETUP and
+# after FRAMEWORK_SETUP of the framework FRAMEWORKS names (imported outside the watched cell, as a notebook
+# imports in its first cell); `lightning_root` is the Trainer's default_root_dir (a temporary directory).
+
+#: what a notebook runs before the loops of each framework
+FRAMEWORK_SETUP = {
+    "lightning": (
+        "import logging, warnings, lightning as L\n"
+        "from lightning.fabric.utilities.warnings import PossibleUserWarning\n"
+        "logging.getLogger('lightning.pytorch').setLevel(logging.ERROR)  # no 'GPU available' banners\n"
+        "warnings.filterwarnings('ignore', category=PossibleUserWarning)  # 'does not have many workers'\n"
+        "def make_trainer(**options):\n"
+        "    return L.Trainer(accelerator='cpu', logger=False, enable_checkpointing=False, enable_progress_bar=False,\n"
+        "                     enable_model_summary=False, default_root_dir=lightning_root, **options)\n"
+    ),
+    "transformers": (
+        "import transformers\n"
+        "transformers.logging.set_verbosity_error()\n"
+        "def tiny_gpt2():  # built from a config: nothing downloaded\n"
+        "    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64,\n"
+        "                                     bos_token_id=0, eos_token_id=0)\n"
+        "    return transformers.GPT2LMHeadModel(config)\n"
+    ),
+    "torchmetrics": "import torchmetrics\n",
+    "accelerate": "from accelerate import Accelerator\n",
+}
+
+#: name -> (cell body, the leak kind it must be called)
+HOLDER_LEAKS = {
+    # Lightning ---------------------------------------------------------------------------------------
+    # validation outputs (512 KiB a batch, no graph: Lightning validates under inference mode) kept on the
+    # module for on_validation_epoch_end, never cleared: 2 MiB more after every epoch's validation
+    "lightning_val_outputs_on_module": (
+        "class LitRegressor(L.LightningModule):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.net = mlp()\n"
+        "        self.val_outputs = []\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        (x,) = batch\n"
+        "        return self.net(x).square().mean()\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        (x,) = batch\n"
+        "        out = self.net[:2](x)\n"
+        "        self.val_outputs.append(out)  # for on_validation_epoch_end, never cleared\n"
+        "    def configure_optimizers(self):\n"
+        "        return torch.optim.SGD(self.parameters(), lr=1e-3)\n"
+        "model = LitRegressor()\n"
+        "train = DataLoader(TensorDataset(torch.randn(320, 64)), batch_size=32)\n"
+        "val = DataLoader(TensorDataset(torch.randn(1024, 64)), batch_size=256)\n"
+        "make_trainer(max_epochs=6).fit(model, train, val)\n",
+        "per-epoch",
+    ),
+    # every step's loss kept on the module (the training_step_outputs of Lightning's docs, never cleared):
+    # after backward only its graph's nodes stay, a few KiB a step
+    "lightning_train_outputs_with_graphs": (
+        "class LitRegressor(L.LightningModule):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.net = mlp()\n"
+        "        self.train_outputs = []\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        (x,) = batch\n"
+        "        loss = self.net(x).square().mean()\n"
+        "        self.train_outputs.append(loss)  # for on_train_epoch_end, never cleared\n"
+        "        return loss\n"
+        "    def configure_optimizers(self):\n"
+        "        return torch.optim.SGD(self.parameters(), lr=1e-3)\n"
+        "model = LitRegressor()\n"
+        "train = DataLoader(TensorDataset(torch.randn(1920, 64)), batch_size=32)\n"
+        "make_trainer(max_epochs=4).fit(model, train)\n",
+        "per-iteration",
+    ),
+    # Hugging Face transformers -------------------------------------------------------------------------
+    # every step's logits (400 KiB) kept for a perplexity at the end, with their graph's nodes
+    "hf_logits_kept": (
+        "model = tiny_gpt2(); opt = torch.optim.AdamW(model.parameters(), lr=1e-3); kept_logits = []\n"
+        "for step in range(60):\n"
+        "    input_ids = torch.randint(0, 100, (16, 64))\n"
+        "    outputs = model(input_ids, labels=input_ids)\n"
+        "    opt.zero_grad(); outputs.loss.backward(); opt.step()\n"
+        "    kept_logits.append(outputs.logits)\n",
+        "per-iteration",
+    ),
+    # every step's whole ModelOutput kept: loss, logits and the key/value cache, with their graph's nodes
+    "hf_model_outputs_kept": (
+        "model = tiny_gpt2(); opt = torch.optim.AdamW(model.parameters(), lr=1e-3); step_outputs = []\n"
+        "for step in range(60):\n"
+        "    input_ids = torch.randint(0, 100, (16, 64))\n"
+        "    outputs = model(input_ids, labels=input_ids)\n"
+        "    opt.zero_grad(); outputs.loss.backward(); opt.step()\n"
+        "    step_outputs.append(outputs)\n",
+        "per-iteration",
+    ),
+    # torchmetrics --------------------------------------------------------------------------------------
+    # a CatMetric collecting every step's embeddings (128 KiB) in its list state, never reset
+    "torchmetrics_cat_metric_never_reset": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "all_embeddings = torchmetrics.CatMetric()\n"
+        "for step in range(100):\n"
+        "    x = torch.randn(64, 64)\n"
+        "    train_step(model, opt, x)\n"
+        "    with torch.no_grad():\n"
+        "        all_embeddings.update(model[:2](x))  # for a projection after training; never reset\n",
+        "per-iteration",
+    ),
+    # Accelerate ----------------------------------------------------------------------------------------
+    # every step's gathered output (128 KiB) kept, with its graph's nodes
+    "accelerate_outputs_kept": (
+        "accelerator = Accelerator(cpu=True)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(6400, 64)), batch_size=128)\n"
+        "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+        "all_outputs = []\n"
+        "for epoch in range(2):\n"
+        "    for (x,) in loader:\n"
+        "        out = model(x)\n"
+        "        loss = out.square().mean()\n"
+        "        opt.zero_grad(); accelerator.backward(loss); opt.step()\n"
+        "        all_outputs.append(accelerator.gather_for_metrics(out))\n",
+        "per-iteration",
+    ),
+    # plain PyTorch -------------------------------------------------------------------------------------
+    # a registered buffer re-registered bigger at every forward call: 128 KiB more features a step
+    "registered_buffer_grows": (
+        "class FeatureBank(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.encoder = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU())\n"
+        "        self.head = torch.nn.Linear(512, 1)\n"
+        "        self.register_buffer('seen', torch.empty(0, 512))  # saved with the state_dict\n"
+        "    def forward(self, x):\n"
+        "        h = self.encoder(x)\n"
+        "        self.seen = torch.cat([self.seen, h.detach()])  # still the buffer, one batch bigger\n"
+        "        return self.head(h)\n"
+        "model = FeatureBank(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for step in range(150):\n"
+        "    train_step(model, opt, torch.randn(64, 64))\n",
+        "per-iteration",
+    ),
+    # a class attribute dict, meant per tap, is one dict shared by every Tap and kept by the class:
+    # every step's activations (128 KiB) stay, with their graph's nodes
+    "class_attribute_store_shared": (
+        "class Tap:\n"
+        "    store = {}  # a class attribute: shared by every Tap, alive as long as the class\n"
+        "    def __init__(self, name):\n"
+        "        self.name = name\n"
+        "    def record(self, step, t):\n"
+        "        self.store[step] = t\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "hidden_tap = Tap('hidden')\n"
+        "for step in range(150):\n"
+        "    hidden = model[:2](torch.randn(64, 64))\n"
+        "    loss = model[2](hidden).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    hidden_tap.record(step, hidden)\n",
+        "per-iteration",
+    ),
+    # a run-state object: a resumed run's 40,000 plain log records, then, four levels down, the validation
+    # outputs of every step kept without torch.no_grad() (256 KiB of activations a step)
+    "run_state_deep_list": (
+        "class History:\n"
+        "    def __init__(self):\n"
+        "        self.records = []  # one plain dict per step\n"
+        "        self.tensors = {'val': {'outputs': []}}\n"
+        "class RunState:\n"
+        "    def __init__(self):\n"
+        "        self.config = {'lr': 1e-3, 'batch_size': 32, 'seed': 0}\n"
+        "        self.history = History()\n"
+        "run = RunState()\n"
+        "run.history.records.extend({'step': i, 'loss': 1 / (i + 1), 'lr': 1e-3, 'phase': 'train'} for i in range(40_000))\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); val_x = torch.randn(128, 64)\n"
+        "for step in range(120):\n"
+        "    loss = train_step(model, opt, torch.randn(32, 64))\n"
+        "    run.history.records.append({'step': 40_000 + step, 'loss': loss.item(), 'lr': 1e-3, 'phase': 'train'})\n"
+        "    run.history.tensors['val']['outputs'].append(model(val_x))  # no torch.no_grad()\n",
+        "per-iteration",
+    ),
+}
+
+#: name -> cell body
+HOLDER_CLEAN = {
+    # Lightning, with validation; the losses logged through self.log
+    "lightning_clean": (
+        "class LitRegressor(L.LightningModule):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.net = mlp()\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        (x,) = batch\n"
+        "        loss = self.net(x).square().mean()\n"
+        "        self.log('train_loss', loss)\n"
+        "        return loss\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        (x,) = batch\n"
+        "        self.log('val_loss', self.net(x).square().mean())\n"
+        "    def configure_optimizers(self):\n"
+        "        return torch.optim.SGD(self.parameters(), lr=1e-3)\n"
+        "model = LitRegressor()\n"
+        "train = DataLoader(TensorDataset(torch.randn(640, 64)), batch_size=32)\n"
+        "val = DataLoader(TensorDataset(torch.randn(1024, 64)), batch_size=256)\n"
+        "make_trainer(max_epochs=5).fit(model, train, val)\n"
+    ),
+    # transformers: the loss logged as a Python float (the last step's outputs stay in `outputs`)
+    "hf_loss_item": (
+        "model = tiny_gpt2(); opt = torch.optim.AdamW(model.parameters(), lr=1e-3); losses = []\n"
+        "for step in range(60):\n"
+        "    input_ids = torch.randint(0, 100, (16, 64))\n"
+        "    outputs = model(input_ids, labels=input_ids)\n"
+        "    opt.zero_grad(); outputs.loss.backward(); opt.step()\n"
+        "    losses.append(outputs.loss.item())\n"
+    ),
+    # torchmetrics: an epoch's predictions and error collected, computed and reset at every epoch's end
+    "torchmetrics_compute_reset_per_epoch": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "train = DataLoader(TensorDataset(torch.randn(640, 64), torch.randn(640, 1)), batch_size=32)\n"
+        "epoch_features = torchmetrics.CatMetric(); mse = torchmetrics.MeanSquaredError(); history = []\n"
+        "for epoch in range(5):\n"
+        "    for x, y in train:\n"
+        "        hidden = model[:2](x); pred = model[2](hidden)\n"
+        "        loss = (pred - y).square().mean()\n"
+        "        opt.zero_grad(); loss.backward(); opt.step()\n"
+        "        mse.update(pred.detach(), y); epoch_features.update(hidden.detach())\n"
+        "    history.append((mse.compute().item(), epoch_features.compute().std().item()))\n"
+        "    mse.reset(); epoch_features.reset()\n"
+    ),
+    # Accelerate: the loss and the gathered outputs' statistic kept as Python floats
+    "accelerate_clean": (
+        "accelerator = Accelerator(cpu=True)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(6400, 64)), batch_size=128)\n"
+        "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+        "losses, output_means = [], []\n"
+        "for epoch in range(2):\n"
+        "    for (x,) in loader:\n"
+        "        out = model(x)\n"
+        "        loss = out.square().mean()\n"
+        "        opt.zero_grad(); accelerator.backward(loss); opt.step()\n"
+        "        losses.append(loss.item())\n"
+        "        output_means.append(accelerator.gather_for_metrics(out.detach()).mean().item())\n"
+    ),
+    # 2 persistent DataLoader workers, kept alive across 3 epochs
+    "dataloader_persistent_workers": (
+        "loader = DataLoader(TensorDataset(torch.randn(4096, 64)), batch_size=64, shuffle=True, num_workers=2,\n"
+        "                    persistent_workers=True)\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for epoch in range(3):\n"
+        "    for (x,) in loader:\n"
+        "        train_step(model, opt, x)\n"
+    ),
+    # a window of detached activations (3 MiB when full) cleared every 25 steps
+    "detached_window_cleared_every_25_steps": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); window = []; spreads = []\n"
+        "for step in range(200):\n"
+        "    hidden = model[:2](torch.randn(64, 64))\n"
+        "    loss = model[2](hidden).square().mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    window.append(hidden.detach())\n"
+        "    if step % 25 == 24:\n"
+        "        spreads.append(torch.cat(window).std(0).mean().item())\n"
+        "        window.clear()\n"
+    ),
+    # 2 DataLoader workers over a numpy array (one object: nothing for them to copy), 2 epochs
+    "dataloader_numpy_array_two_workers": (
+        "import numpy as np\n"
+        "class ArrayDataset(torch.utils.data.Dataset):\n"
+        "    def __init__(self, array):\n"
+        "        self.array = array\n"
+        "    def __len__(self):\n"
+        "        return len(self.array)\n"
+        "    def __getitem__(self, i):\n"
+        "        return torch.from_numpy(self.array[i])\n"
+        "features = np.random.default_rng(0).standard_normal((20_000, 64), dtype=np.float32)\n"
+        "loader = DataLoader(ArrayDataset(features), batch_size=128, shuffle=True, num_workers=2)\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for epoch in range(2):\n"
+        "    for x in loader:\n"
+        "        train_step(model, opt, x)\n"
+    ),
+}
+
+#: leak -> (the name the report must name first among its suspects, the place that holds the tensors: the
+#: suspect's path is that place or one inside it)
+HOLDERS = {
+    "lightning_val_outputs_on_module": ("model", "model.val_outputs"),
+    "lightning_train_outputs_with_graphs": ("model", "model.train_outputs"),
+    "hf_logits_kept": ("kept_logits", "kept_logits"),
+    "hf_model_outputs_kept": ("step_outputs", "step_outputs"),
+    "torchmetrics_cat_metric_never_reset": ("all_embeddings", "all_embeddings.value"),
+    "accelerate_outputs_kept": ("all_outputs", "all_outputs"),
+    "registered_buffer_grows": ("model", "model.seen"),
+    "class_attribute_store_shared": ("Tap", "Tap.store"),
+    "run_state_deep_list": ("run", "run.history.tensors['val']['outputs']"),
+}
+
+#: loop -> the framework it trains with, from its name's prefix (its FRAMEWORK_SETUP runs first; None: plain PyTorch)
+_PREFIXES = {"lightning_": "lightning", "hf_": "transformers", "torchmetrics_": "torchmetrics", "accelerate_": "accelerate"}
+FRAMEWORKS = {
+    name: next((framework for prefix, framework in _PREFIXES.items() if name.startswith(prefix)), None)
+    for name in (*HOLDER_LEAKS, *HOLDER_CLEAN)
 }

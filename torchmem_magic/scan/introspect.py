@@ -11,6 +11,7 @@ read through torch's methods while tensor subclasses' `__torch_function__` is di
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from collections import OrderedDict, defaultdict, deque
@@ -292,6 +293,9 @@ def children(obj: Any, category: str) -> Iterator[Child]:
         yield from _object_children(obj)
 
 
+_FUNCTION_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial, types.BuiltinFunctionType})
+
+
 def _object_children(obj: Any) -> Iterator[Child]:
     """An instance's attributes: its instance dict through the C getter, then its set slots."""
     cls = type(obj)
@@ -299,7 +303,15 @@ def _object_children(obj: Any) -> Iterator[Child]:
     if type(descriptor) is types.GetSetDescriptorType:  # the C instance-dict getter, nothing else
         instance_dict = descriptor.__get__(obj)
         if type(instance_dict) is dict:
+            # functions an object keeps on itself (a wrapped `update` bound through its closure) come
+            # after its data: what they reach is named by the shorter path, `metric.value`, not through them
+            later = []
             for name, value in dict.items(instance_dict):
+                if type(value) in _FUNCTION_TYPES:
+                    later.append((value, name))
+                    continue
+                yield value, (ATTR if type(name) is str else KEY), name
+            for value, name in later:
                 yield value, (ATTR if type(name) is str else KEY), name
     for klass in _type_mro(cls):
         slots = type_dict(klass).get("__slots__")

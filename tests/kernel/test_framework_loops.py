@@ -1,0 +1,129 @@
+"""Holders named through the frameworks users train with, in a real kernel: the catalogue's HOLDER_LEAKS must be
+called leaks of their kind with the expected holder named first among the suspects, and its HOLDER_CLEAN loops
+clean with no suspect at all.
+
+One kernel runs every loop (each framework imported once, outside the watched cells, as a notebook's first cell
+does); what a loop left in the namespace is deleted before the next. `make stress-holders` runs this file three
+times and fails on a loop whose outcome flips between runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernel_client import Kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from leaky_loops import FRAMEWORK_SETUP, FRAMEWORKS, HOLDER_CLEAN, HOLDER_LEAKS, HOLDERS, SETUP  # noqa: E402
+
+pytestmark = pytest.mark.kernel
+
+#: what the tests read of a report (the series are left out: long, and no assertion needs them)
+REPORT = (
+    "(lambda r: {k: r[k] for k in ('verdict', 'leak_kind', 'resource', 'clock', 'steps', 'epochs', 'advice')}"
+    " | {'heap_per_step': (r['heap'] or {}).get('per_step'),"
+    " 'suspects': [{k: s[k] for k in ('name', 'path', 'kind', 'tensors', 'graph_nodes', 'retained_bytes',"
+    " 'new_in_cell', 'growth_per_step', 'first_seen_step')} for s in r['suspects']]})"
+    "(torchmem_magic.last_report().to_dict())"
+)
+
+
+def _said(report: dict[str, Any]) -> str:
+    """The report as a failure message: in full (pytest shortens a dict), the other helpers read it."""
+    return json.dumps(report, indent=1)
+
+
+def _installed(framework: str | None) -> bool:
+    return framework is None or importlib.util.find_spec(framework) is not None
+
+
+@pytest.fixture(scope="module")
+def k(kernel: Kernel, tmp_path_factory: pytest.TempPathFactory) -> Kernel:
+    kernel.ok(SETUP + f"lightning_root = {str(tmp_path_factory.mktemp('lightning'))!r}\n")
+    for framework, setup in FRAMEWORK_SETUP.items():
+        if _installed(framework):
+            kernel.ok(setup, timeout_s=120)
+    # what every loop may use; anything else a loop leaves in the namespace is deleted after it
+    kernel.ok("_kept_names = set(globals())")
+    return kernel
+
+
+#: each loop's report, for the tests that read it after the first (one run per loop)
+_REPORTS: dict[str, dict[str, Any]] = {}
+
+
+def _report(k: Kernel, name: str) -> dict[str, Any]:
+    """The report of the catalogue's loop `name`, run once in the shared kernel."""
+    framework = FRAMEWORKS[name]
+    if not _installed(framework):
+        pytest.skip(f"{framework} is not installed (`make setup` installs the test group)")
+    if name not in _REPORTS:
+        body = HOLDER_LEAKS[name][0] if name in HOLDER_LEAKS else HOLDER_CLEAN[name]
+        try:
+            k.ok("%%memwatch -q --interval 50\n" + body, timeout_s=180)
+            _REPORTS[name] = k.value(REPORT)
+        finally:
+            k.ok(
+                "for _n in [n for n in globals() if n not in _kept_names and not n.startswith('_')]:\n"
+                "    del globals()[_n]\n"
+                "import gc; gc.collect()",
+                store_history=False,
+            )
+    return _REPORTS[name]
+
+
+@pytest.mark.parametrize("name", sorted(HOLDER_LEAKS))
+def test_leak_is_called_and_its_holder_named_first(k: Kernel, name: str) -> None:
+    kind = HOLDER_LEAKS[name][1]
+    holder, path = HOLDERS[name]
+    report = _report(k, name)
+    assert (report["verdict"], report["leak_kind"]) == ("leak", kind), _said(report)
+    assert report["suspects"], _said(report)
+    top = report["suspects"][0]
+    assert top["name"] == holder and top["path"].startswith(path), _said(report)
+
+
+#: holders the scans between steps do not measure yet: a name whose scan meets tens of thousands of objects is
+#: re-measured only at the full scans, which its size keeps out of the budget (named at the end, without a series)
+TOO_BIG_TO_RESCAN = {"run_state_deep_list"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not re-measured between steps: too big to rescan"))
+    if n in TOO_BIG_TO_RESCAN else n
+    for n in sorted(HOLDER_LEAKS)
+])
+def test_leak_holders_growth_is_measured_while_the_loop_runs(k: Kernel, name: str) -> None:
+    """The named holder's own mid-run scans show it growing, at about the rate the curves show (the holder
+    is where the memory goes; a graph-only leak's rate is the holder's alone)."""
+    report = _report(k, name)
+    holder = HOLDERS[name][0]
+    top = next((s for s in report["suspects"] if s["name"] == holder), None)
+    assert top is not None and top["growth_per_step"] is not None, _said(report)
+    assert top["growth_per_step"] == pytest.approx(report["heap_per_step"], rel=0.5), _said(report)
+
+
+#: clean loops that still get a suspect: the last step's outputs, a dict of tensors with graphs, are flagged
+#: by the rules on a single scan although the scans during the run show them flat
+LAST_STEP_FLAGGED = {"hf_loss_item"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="the last step's outputs are flagged"))
+    if n in LAST_STEP_FLAGGED else n
+    for n in sorted(HOLDER_CLEAN)
+])
+def test_clean_loop_is_clean_with_no_suspect(k: Kernel, name: str) -> None:
+    report = _report(k, name)
+    assert report["verdict"] == "clean" and report["suspects"] == [], _said(report)
+
+
+def test_every_leak_names_its_holder() -> None:
+    assert set(HOLDERS) == set(HOLDER_LEAKS)
+    assert not set(HOLDER_LEAKS) & set(HOLDER_CLEAN)
+    assert {f for f in FRAMEWORKS.values() if f} == set(FRAMEWORK_SETUP)
