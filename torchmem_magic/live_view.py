@@ -188,6 +188,7 @@ class LiveView:
                 self.timeline, self.steps, self.elapsed_s, float(self._probes.limit.limit_bytes),
                 first_pass_batches=self._steps.first_pass_batches, max_points=64,
                 clock=self.clock, loader=self.training_loader() if loader is None else loader,
+                worker_count=max(1, self._probes.tree.workers),
             )
             self._live = (now, diagnosis)
         return self._live[1]
