@@ -28,7 +28,7 @@ MIN_GROWTH_BYTES = 256 << 10  # growth below this over the run is not called a l
 STILL_GROWING = 0.3  # the late half's slope must be at least this share of the whole slope
 MOSTLY_UP = 0.6  # share of scan-to-scan changes that must be increases
 BOUNDED_MENTION_BYTES = 1 << 20  # a bounded holder this big is still worth a line
-#: a holder's size is exact, and an accumulating one never gives memory back: from its lowest scan on,
+#: a holder's size is exact, and an accumulating one never gives memory back: between the run's scans,
 #: its falls may undo at most this share of its rises (a window cleared every N steps falls by all of it)
 FALLS_SHARE = 0.1
 #: the curves rule a holder's growth out when the memory it lives in grew by less than this share of
@@ -110,12 +110,12 @@ def _grew_in_jumps(points: Sequence[tuple[int, int]]) -> bool:
     return rises >= 2 and sum(1 for c in after if c == 0) >= rises
 
 
-def _gives_back(sizes: Sequence[float]) -> bool:
-    """Whether a holder released memory after its lowest scan: more falls than an accumulating holder
-    makes (it never falls). Before its lowest scan a fall is a restart (the name reassigned, a list
-    cleared before the loop), not a release."""
-    lowest = min(range(len(sizes)), key=lambda i: (sizes[i], -i))
-    changes = [b - a for a, b in zip(sizes[lowest:], sizes[lowest + 1 :])]
+def _gives_back(points: Sequence[tuple[int, int]]) -> bool:
+    """Whether a holder released memory during the run: more falls between its scans than an
+    accumulating holder makes (it never falls). The fall from its size before the cell (step 0) to its
+    first scan is a restart (the name reassigned, a list cleared before the loop), not a release."""
+    run = list(points[1:]) if points and points[0][0] == 0 else list(points)
+    changes = [b - a for (_, a), (_, b) in zip(run, run[1:])]
     return -sum(c for c in changes if c < 0) > FALLS_SHARE * sum(c for c in changes if c > 0)
 
 
@@ -136,7 +136,7 @@ def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     mostly_up = rises >= 2 and rises >= MOSTLY_UP * len(changes)  # one jump is not a trend
     sporadic = _grew_in_jumps(points)
     still_growing = late_slope >= STILL_GROWING * slope > 0 or (sporadic and sizes[-1] > sizes[late])
-    growing = growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing and not _gives_back(sizes)
+    growing = growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing and not _gives_back(points)
     return HolderTrend(name, slope, growing, not growing, last, _rises(points) if sporadic else (), sporadic and growing)
 
 
