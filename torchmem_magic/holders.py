@@ -28,6 +28,13 @@ MIN_GROWTH_BYTES = 256 << 10  # growth below this over the run is not called a l
 STILL_GROWING = 0.3  # the late half's slope must be at least this share of the whole slope
 MOSTLY_UP = 0.6  # share of scan-to-scan changes that must be increases
 BOUNDED_MENTION_BYTES = 1 << 20  # a bounded holder this big is still worth a line
+#: a holder's size is exact, and an accumulating one never gives memory back: between the run's scans,
+#: its falls may undo at most this share of its rises (a window cleared every N steps falls by all of it)
+FALLS_SHARE = 0.1
+#: the curves rule a holder's growth out when the memory it lives in grew by less than this share of
+#: its rate, beyond RULED_OUT_Z standard errors of their slope: scans that landed on the rising part of a cycle
+RULED_OUT_SHARE = 0.5
+RULED_OUT_Z = 3.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,15 @@ def _grew_in_jumps(points: Sequence[tuple[int, int]]) -> bool:
     return rises >= 2 and sum(1 for c in after if c == 0) >= rises
 
 
+def _gives_back(points: Sequence[tuple[int, int]]) -> bool:
+    """Whether a holder released memory during the run: more falls between its scans than an
+    accumulating holder makes (it never falls). The fall from its size before the cell (step 0) to its
+    first scan is a restart (the name reassigned, a list cleared before the loop), not a release."""
+    run = list(points[1:]) if points and points[0][0] == 0 else list(points)
+    changes = [b - a for (_, a), (_, b) in zip(run, run[1:])]
+    return -sum(c for c in changes if c < 0) > FALLS_SHARE * sum(c for c in changes if c > 0)
+
+
 def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     """Judge one holder from its (step, retained bytes) points."""
     points = sorted(series)
@@ -120,7 +136,7 @@ def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     mostly_up = rises >= 2 and rises >= MOSTLY_UP * len(changes)  # one jump is not a trend
     sporadic = _grew_in_jumps(points)
     still_growing = late_slope >= STILL_GROWING * slope > 0 or (sporadic and sizes[-1] > sizes[late])
-    growing = growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing
+    growing = growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing and not _gives_back(points)
     return HolderTrend(name, slope, growing, not growing, last, _rises(points) if sporadic else (), sporadic and growing)
 
 
@@ -162,6 +178,30 @@ def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock
     return f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(clock)}, {what}"
 
 
+def curves_rate(diagnosis: Diagnosis) -> tuple[float, float] | None:
+    """(growth per step, its standard error) of the memory a holder's objects can live in: the heap in
+    use (the kernel's RSS where the heap is not read) plus accelerator memory; None when no curve had
+    enough steps to measure it."""
+    measured = {f.resource: f for f in diagnosis.findings if f.verdict != "unknown" and f.per_step_bytes is not None}
+    host = measured.get("heap") or measured.get("rss") or measured.get("ram")
+    if host is None:
+        return None
+    parts = [host, *([measured["vram"]] if "vram" in measured else [])]
+    return sum(p.per_step_bytes or 0.0 for p in parts), sum(p.per_step_error_bytes or 0.0 for p in parts)
+
+
+def ruled_out(trend: HolderTrend, curves: tuple[float, float] | None) -> bool:
+    """Whether the curves contradict a holder's growth: at its rate they would have grown, measurably,
+    and did not. Scans are few and far apart, so they can land on the rising part of a cycle (a window
+    cleared every N steps) every time; the curves are read at every sampled step and cannot be fooled
+    that way. A graph-only leak (a few KiB a step) is below what the curves can rule out, so its
+    own series decides."""
+    if curves is None or not trend.growing or trend.sporadic:  # exact unchanged scans between jumps: no cycle
+        return False
+    rate, error = curves
+    return rate + RULED_OUT_Z * error < RULED_OUT_SHARE * (trend.growth_per_step or 0.0)
+
+
 def fuse(
     diagnosis: Diagnosis,
     suspects: Sequence[Suspect],
@@ -181,11 +221,16 @@ def fuse(
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
-    top = top_trend(trends.values())
+    curves = curves_rate(diagnosis)
+    aliased = sorted(name for name, t in trends.items() if ruled_out(t, curves))
+    top = top_trend(t for t in trends.values() if t.name not in aliased)
     advice = list(diagnosis.advice)
     bounded = [
         f"{t.name} holds {format_bytes(t.last_bytes)} (bounded: it did not grow over the run)"
         for t in trends.values() if t.bounded and t.last_bytes >= BOUNDED_MENTION_BYTES
+    ] + [
+        f"{name}'s scans rose, but the memory it lives in did not grow with it: its size cycles between scans "
+        "(not a leak)" for name in aliased
     ]
     if top is not None:
         rate = top.growth_per_step or 0.0
@@ -224,7 +269,7 @@ def fuse(
     if diagnosis.verdict in ("clean", "unknown") and new_graphs:
         # graphs new in the cell are the only evidence: they decide, whatever the curves had too few steps for
         rest = advice[1:] if diagnosis.verdict == "unknown" else advice  # drop "too few steps for a verdict"
-        if all(name in trends and trends[name].bounded for name in new_graphs):
+        if all(name in trends and (trends[name].bounded or name in aliased) for name in new_graphs):
             return replace(diagnosis, verdict="clean", advice=(*rest, *bounded))
         lines = [f"{', '.join(new_graphs)} holds autograd graphs new in this cell; too few scans to tell whether "
                  "they grow"]

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from .timeline import Timeline
 
 LIVE_VERDICT_PERIOD_S = 1.0
+#: a run without any step yet is judged live against seconds only after this long: until its loop
+#: starts, a cell is still setting up (torch's own setup, the model, the data, the workers), memory
+#: that grows until the first step and then stops
+LIVE_SECONDS_GRACE_S = 10.0
 
 
 class Listener(Protocol):
@@ -170,10 +174,13 @@ class LiveView:
     # ---------------------------------------------------------------- the verdict so far
     def live_verdict(self, loader: int | None = None) -> Diagnosis | None:
         """The verdict over the run so far, recomputed at most once a second (sampler thread); None
-        before LIVE_VERDICT_STEPS steps (or samples, for a loop without a step clock). `loader`: the
-        training loader, when the caller knows it already."""
+        before LIVE_VERDICT_STEPS steps (or samples, for a loop without a step clock, and only once it
+        has gone LIVE_SECONDS_GRACE_S without a step). `loader`: the training loader, when the caller
+        knows it already."""
         enough = self.timeline.by_time.count if self.clock == "time" else self.steps
         if enough < LIVE_VERDICT_STEPS or self._runtime.started_s is None:
+            return None
+        if self.clock == "time" and self.elapsed_s < LIVE_SECONDS_GRACE_S:
             return None
         now = self._runtime.clock()
         if self._live is None or now - self._live[0] >= LIVE_VERDICT_PERIOD_S:
@@ -181,6 +188,7 @@ class LiveView:
                 self.timeline, self.steps, self.elapsed_s, float(self._probes.limit.limit_bytes),
                 first_pass_batches=self._steps.first_pass_batches, max_points=64,
                 clock=self.clock, loader=self.training_loader() if loader is None else loader,
+                worker_count=max(1, self._probes.tree.workers),
             )
             self._live = (now, diagnosis)
         return self._live[1]

@@ -33,7 +33,7 @@ from . import resources
 from .merge import with_ranks
 from .resources import HEAP, RAM, SHM, VRAM, VRAM_RESERVED, WORKERS
 from .results import Report
-from .slopes import robust_slope
+from .slopes import new_readings, robust_slope
 from .timeline import NAN, DecimatingSeries, Timeline
 from .verdict import Diagnosis, Series, decide
 
@@ -132,6 +132,7 @@ def diagnose(
     max_points: int = 200,
     clock: Clock = "optimizer",
     loader: int | None = None,
+    worker_count: int = 1,
 ) -> Diagnosis:
     """The leak detector over every resource the run measured, against the steps of `clock`
     (the step-aligned series), or against seconds when the loop had no step clock at all."""
@@ -151,7 +152,7 @@ def diagnose(
         xs: Sequence[float] = step_x
         values: Sequence[float] = columns[resource.column]
         if resource.sparse:  # from its first reading on: workers appearing is not growth
-            xs, values = _readings(xs, values)
+            xs, values = new_readings(xs, values)
             if not xs:
                 continue
         series.append(Series(resource.key, xs, values, limit))
@@ -166,21 +167,8 @@ def diagnose(
         max_points=max_points,
         first_pass_steps=first_pass_steps(timeline, clock, loader, first_pass_batches),
         clock=clock,
+        worker_count=worker_count,
     )
-
-
-def _readings(xs: Sequence[float], values: Sequence[float]) -> tuple[list[float], list[float]]:
-    """The workers' PSS is read about once a second and carried into every step sample in between:
-    keep the samples where a new reading shows (and the last), so a steady rise is not a staircase."""
-    out_x: list[float] = []
-    out_y: list[float] = []
-    for i, (x, y) in enumerate(zip(xs, values)):
-        if not y > 0:
-            continue
-        if not out_y or y != out_y[-1] or i == len(values) - 1:
-            out_x.append(x)
-            out_y.append(y)
-    return out_x, out_y
 
 
 def rates_of(diagnosis: Diagnosis) -> dict[str, float]:
@@ -397,6 +385,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
         first_pass_batches=evidence.first_pass_batches,
         clock=evidence.clock,
         loader=evidence.training_loader,
+        worker_count=1 if evidence.workers is None else evidence.workers.max_count,
     )
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(

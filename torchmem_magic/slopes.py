@@ -248,3 +248,18 @@ def spread_over_run(xs: Sequence[float], jumps: Sequence[int]) -> bool:
     """Whether some jump lies past the first (1 - REST_FRACTION) of the steps: a sporadic leak keeps
     jumping; jumps only at the start are a warm-up's."""
     return bool(jumps) and max(jumps) >= _rest_start(xs)
+
+
+def new_readings(xs: Sequence[float], values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The positive samples where a new reading shows (and the last): a sparse source (the workers' PSS,
+    read about once a second) is carried into every step sample in between, and a steady rise must not
+    read as a staircase."""
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for i, (x, y) in enumerate(zip(xs, values)):
+        if not y > 0:
+            continue
+        if not out_y or y != out_y[-1] or i == len(values) - 1:
+            out_x.append(x)
+            out_y.append(y)
+    return out_x, out_y

@@ -47,7 +47,14 @@ MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
 MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
 Z_LEAK = 5.0  # slope / its standard error for "leak"
 Z_SUSPECT = 3.0
-COPY_ON_ACCESS_MIN_BYTES = 16 * MIB  # workers' growth below this is page-cache noise, not a dataset copied
+#: a forked worker copies pages of the parent's heap as refcounts and the collector first touch them, a
+#: rise at its start that stops once touched (~11 MiB each measured in a kernel); workers' growth below
+#: this much per worker is that first touch, not a dataset copied
+FIRST_TOUCH_BYTES_PER_WORKER = 16 * MIB
+#: copying still goes on when the late half of the current workers' readings grew at least this share of
+#: their average rate, and by at least STILL_COPYING_MIN_BYTES (a first touch's tail moves a few KiB)
+STILL_COPYING_SHARE = 0.3
+STILL_COPYING_MIN_BYTES = 4 * MIB
 #: priority when several resources leak: heap in use is retention itself; RSS may only be fragmentation
 RESOURCE_ORDER = resources.leak_order(resources.RESOURCES)
 
@@ -173,23 +180,54 @@ _KILLED_BY = {r.key: r.runs_out for r in resources.RESOURCES if r.leak_rank is n
 _REPORTED_AS = {r.key: r.reported for r in resources.RESOURCES}
 
 
-def _total_growth(series: Series) -> float:
-    """Last minus first reading, warm-up included (what copying a dataset page by page adds)."""
-    _, ys = _clean(series)
-    return ys[-1] - ys[0] if ys else 0.0
+def _workers_growth(series: Series, epoch_steps: Sequence[float] = ()) -> float:
+    """What the workers added, warm-up included (what copying a dataset page by page adds): the most
+    any one epoch's workers added, last reading minus first (workers that are not persistent start
+    again each epoch, so the run's first and last readings belong to different processes)."""
+    xs, ys = _clean(series)
+    if not ys:
+        return 0.0
+    bounds = [e for e in sorted(epoch_steps) if xs[0] < e <= xs[-1]]
+    edges = [xs[0], *bounds, math.inf]
+    growths = []
+    for lo, hi in zip(edges, edges[1:]):
+        inside = [y for x, y in zip(xs, ys) if lo <= x < hi]
+        if inside:
+            growths.append(inside[-1] - inside[0])
+    return max(growths, default=ys[-1] - ys[0])
 
 
-def _still_copying(series: Series) -> ResourceFinding | None:
-    """Workers whose memory was still rising at their last readings: a leak of the process tree while
-    it goes on, at the average rate since the first reading (copying pages slows down as fewer are
-    left, so a fitted slope of the early readings would overstate it; PSS is read only a few times a
-    second, often too few readings for the detector)."""
+def _value_at(readings: Sequence[tuple[float, float]], x: float) -> float:
+    """The workers' memory at step x, between two readings (linear)."""
+    for (x0, y0), (x1, y1) in zip(readings, readings[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return readings[-1][1] if x > readings[-1][0] else readings[0][1]
+
+
+def _still_copying(series: Series, epoch_steps: Sequence[float] = ()) -> ResourceFinding | None:
+    """Workers whose memory was still rising in the late half of their readings: a leak of the process
+    tree while it goes on, at the current workers' average rate since their first reading (copying
+    pages slows down as fewer are left, so a fitted slope of the early readings would overstate it;
+    PSS is read only a few times a second, often too few readings for the detector).
+
+    Copy-on-access goes on with the batches read; a first touch stops once the pages are touched. So the
+    rise is judged over the current workers (from the last epoch's start: workers that are not
+    persistent start again each epoch, and so does their first touch), in the late half of their readings."""
     xs, ys = _clean(series)
     readings = [(x, y) for i, (x, y) in enumerate(zip(xs, ys)) if i == 0 or y != ys[i - 1]]
     if len(readings) < 3 or readings[-1][1] <= readings[-2][1] or xs[-1] <= xs[0]:
         return None
-    growth = ys[-1] - ys[0]
-    rate = growth / (xs[-1] - xs[0])
+    start = max((e for e in epoch_steps if e <= readings[-1][0]), default=readings[0][0])
+    current = [r for r in readings if r[0] >= start]
+    current = current if len(current) >= 2 else readings
+    first_x, last_x = current[0][0], current[-1][0]
+    middle = (first_x + last_x) / 2
+    late = current[-1][1] - _value_at(current, middle)
+    average = (current[-1][1] - current[0][1]) / (last_x - first_x) if last_x > first_x else 0.0
+    if late < max(STILL_COPYING_MIN_BYTES, STILL_COPYING_SHARE * average * (last_x - middle)):
+        return None
+    growth, rate = current[-1][1] - current[0][1], average
     exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / rate) if series.limit_bytes and rate > 0 else None
     return ResourceFinding("ram", "leak", "per-iteration", rate, None, 0, 0.0, growth, (), exhaustion, growth)
 
@@ -218,6 +256,7 @@ def decide(
     max_points: int = 200,
     first_pass_steps: tuple[int, int] | None = None,
     clock: str = "optimizer",
+    worker_count: int = 1,
 ) -> Diagnosis:
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
@@ -229,6 +268,7 @@ def decide(
         first_pass_steps: (first, last) step of a multi-worker DataLoader's first pass, to project
             where copy-on-access growth will stop.
         clock: what a step is ("optimizer", "batch", ..., "time": x is seconds), for the wording.
+        worker_count: the most DataLoader workers seen at once (their first touches are bounded by their number).
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     by_resource = {s.resource: s for s in series}
@@ -243,14 +283,14 @@ def decide(
         )
     heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
     copy_on_access = None
-    workers_growth = _total_growth(by_resource["workers"]) if workers else 0.0
+    workers_growth = _workers_growth(by_resource["workers"], epoch_steps) if workers else 0.0
     # the kernel's heap explains little of it: flat, or a small fraction of what the workers added
     heap_aside = heap is not None and (heap.verdict == "clean" or heap.net_growth_bytes < 0.25 * workers_growth)
-    if workers and heap_aside and workers_growth >= COPY_ON_ACCESS_MIN_BYTES:
+    if workers and heap_aside and workers_growth >= FIRST_TOUCH_BYTES_PER_WORKER * max(1, worker_count):
         # growth that stopped after the first pass is bounded (the advice says where it stays); growth
         # still going on is the process tree's leak: the OOM killer counts the workers' memory
         if workers.verdict != "clean":  # "unknown": too few PSS readings for the detector, one short epoch
-            copy_on_access = _still_copying(by_resource["workers"])
+            copy_on_access = _still_copying(by_resource["workers"], epoch_steps)
         advice.append(
             f"DataLoader workers' memory grew by {format_bytes(workers_growth)} (by PSS) while "
             "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they read "

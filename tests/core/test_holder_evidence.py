@@ -1,0 +1,77 @@
+"""A holder's growth needs evidence a cycle cannot fake: scans are few and far apart and may land on
+the rising part of a cycle every time, but the curves are read at every sampled step, and an
+accumulating holder's exact size never falls. Graph-only leaks, below what the curves can show,
+stay found from their own series."""
+
+from __future__ import annotations
+
+from torchmem_magic.holders import fuse, holder_trend
+from torchmem_magic.model import Suspect
+from torchmem_magic.verdict import Diagnosis, ResourceFinding
+
+KIB, MIB = 1 << 10, 1 << 20
+FILL = 128 * KIB  # a window of detached tensors: one 128 KiB tensor a step, cleared every CYCLE steps
+CYCLE = 50
+#: the scans' steps: doubling at first, then a quarter of the run apart; each lands later in its cycle
+ALIASED_STEPS = (2, 4, 8, 16, 32, 85, 140, 196, 248, 299)
+
+
+def window(steps: tuple[int, ...]) -> list[tuple[int, int]]:
+    return [(s, (s % CYCLE) * FILL) for s in steps]
+
+
+def cache(name: str, series: list[tuple[int, int]], kind: str = "tensor-cache") -> Suspect:
+    return Suspect(name, f"{name}[0]", kind, 10, 0, series[-1][1], True, f"fix {name}", series=tuple(series))
+
+
+def curve(resource: str, per_step: float, error: float, verdict: str = "clean") -> ResourceFinding:
+    return ResourceFinding(resource, verdict, None, per_step, error, 0, 100.0, per_step * 300)  # type: ignore[arg-type]
+
+
+def curves(*findings: ResourceFinding) -> Diagnosis:
+    return Diagnosis("clean", None, None, None, None, None, None, (), findings)
+
+
+#: a sawtooth heap over 300 steps: the Theil-Sen slope of many cycles is about nothing, and well measured
+SAWTOOTH_HEAP = curve("heap", 400.0, 2 * KIB)
+
+
+def test_scans_that_land_on_a_cycles_rise_are_not_a_leak_when_the_heap_did_not_grow() -> None:
+    series = window(ALIASED_STEPS)
+    assert all(b > a for (_, a), (_, b) in zip(series, series[1:]))  # every scan rose: the trap
+    fused = fuse(curves(SAWTOOTH_HEAP, curve("rss", 0.0, 5 * KIB)), [cache("window", series)], "optimizer",
+                 headroom_bytes=8 << 30, steps_per_s=500.0)
+    assert fused.verdict == "clean", fused
+    assert any("window's scans rose" in line and "cycles" in line for line in fused.advice), fused.advice
+
+
+def test_graph_only_leaks_stay_found_whether_the_curves_agree_or_cannot_tell() -> None:
+    total = cache("total_loss", [(s, 2800 + s * 5600) for s in (2, 4, 8, 16, 32, 144, 259)], kind="autograd-graph")
+    agreeing = curves(curve("heap", 5400.0, 1.0), curve("rss", 0.0, 2 * KIB))  # below the curves' 2 MiB floor
+    unmeasured = curves(ResourceFinding("heap", "unknown", None, None, None, 0, 0.0, 0.0))
+    for diagnosis in (agreeing, unmeasured, curves()):
+        fused = fuse(diagnosis, [total], "optimizer", headroom_bytes=8 << 30, steps_per_s=500.0)
+        assert (fused.verdict, fused.leak_kind) == ("leak", "per-iteration"), fused
+        assert fused.advice[0].startswith("per-iteration leak: total_loss grows +5.5 KiB/step")
+    # noisy curves (a busy notebook's RSS, no heap reading) cannot rule out a few KiB a step either
+    noisy = curves(curve("rss", 0.0, 40 * KIB))
+    assert fuse(noisy, [total], "optimizer", None, None).verdict == "leak"
+
+
+def test_a_holder_on_an_accelerator_agrees_with_the_device_memory_not_the_heap() -> None:
+    features = cache("features", [(s, s * 256 * KIB) for s in (2, 4, 8, 16, 32, 90, 160, 250)])
+    on_device = curves(curve("heap", 0.0, 100.0), curve("vram", 256 * KIB, 10.0))
+    assert fuse(on_device, [features], "optimizer", None, None).verdict == "leak"
+
+
+def test_a_holder_that_gives_memory_back_between_scans_does_not_grow() -> None:
+    # a cycle whose scans mostly rose but once fell: a leak's exact size never falls
+    mostly_up = window((2, 4, 8, 16, 32, 45, 55, 70, 85, 96, 147, 198, 249))
+    assert not holder_trend("window", mostly_up).growing
+    # seen in a kernel: a scan after a clear met the window at its smallest, and every later scan rose
+    after_a_clear = [(2, 131072), (4, 393216), (8, 917504), (16, 1966080), (32, 4063232), (83, 131072),
+                     (133, 1572864), (186, 3276800), (240, 4980736), (300, 6291456)]
+    assert not holder_trend("window", after_a_clear).growing
+    # a name reassigned in the cell starts from its old size: the fall from before the cell is a restart
+    restarted = [(0, 40 * MIB), *((s, s * 64 * KIB) for s in (2, 4, 8, 16, 32, 80, 150))]
+    assert holder_trend("history", restarted).growing
