@@ -169,6 +169,26 @@ def with_trends(suspects: Sequence[Suspect], series: dict[str, list[tuple[int, i
     return tuple(out)
 
 
+#: kinds whose holders are no leak when their own scans show them bounded (the notebook's caches are
+#: reported whatever their trend: what they keep is freed by releasing them, not by a fix to the loop)
+LOOP_KINDS = frozenset({"autograd-graph", "tensor-cache"})
+
+
+def stayed_flat(series: Sequence[tuple[int, int]]) -> bool:
+    """Whether a holder's scans during the run (its size before the cell, at step 0, aside) found it the
+    same size, enough of them to say so: it rose once at most. A leak rises at scan after scan, a
+    graph-only one too (by its nodes)."""
+    sizes = [b for s, b in sorted(series) if s > 0]
+    return len(sizes) >= MIN_POINTS and sum(1 for a, b in zip(sizes, sizes[1:]) if b > a) < 2
+
+
+def without_flat(suspects: Sequence[Suspect]) -> tuple[Suspect, ...]:
+    """The suspects less those that stayed flat while the loop ran. What the last step left behind (its
+    outputs, with their graph) or a buffer filled once is no leak, however many tensors or graphs a
+    single scan finds there; `fuse` still names a big one as bounded."""
+    return tuple(s for s in suspects if s.kind not in LOOP_KINDS or not stayed_flat(s.series))
+
+
 def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock: str) -> str | None:
     """'val_outputs +2.9 MiB/step, autograd graphs': the fastest-growing holder, once one is clear."""
     top = top_trend(trends)

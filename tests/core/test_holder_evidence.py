@@ -5,7 +5,7 @@ stay found from their own series."""
 
 from __future__ import annotations
 
-from torchmem_magic.holders import fuse, holder_trend
+from torchmem_magic.holders import fuse, holder_trend, without_flat
 from torchmem_magic.model import Suspect
 from torchmem_magic.verdict import Diagnosis, ResourceFinding
 
@@ -75,3 +75,18 @@ def test_a_holder_that_gives_memory_back_between_scans_does_not_grow() -> None:
     # a name reassigned in the cell starts from its old size: the fall from before the cell is a restart
     restarted = [(0, 40 * MIB), *((s, s * 64 * KIB) for s in (2, 4, 8, 16, 32, 80, 150))]
     assert holder_trend("history", restarted).growing
+
+
+def test_a_holder_its_own_scans_found_flat_is_no_suspect() -> None:
+    """The last step's outputs (a dict of tensors with graphs, reassigned every step) or a buffer filled once:
+    a single scan's rules flag them, the scans during the run show them flat, and the report drops them.
+    A growing holder, one scanned too few times to judge, and the notebook's own caches stay."""
+    flat = [(0, 0), *((s, 750_000) for s in (2, 4, 8, 16, 32, 48, 64))]
+    rising = [(s, 40_000 * s) for s in (2, 4, 8, 16, 32, 48, 64)]
+    nodes_only = [(0, 0), *((s, 5_000 + 60 * s) for s in (2, 4, 8, 16, 32, 40))]  # a graph-only leak: tiny, but rising
+    kept = without_flat((
+        cache("outputs", flat, kind="autograd-graph"), cache("buffers", flat), cache("history", rising),
+        cache("losses", nodes_only, kind="autograd-graph"), cache("Out", flat, kind="output-cache"),
+        cache("young", flat[:4], kind="autograd-graph"),
+    ))
+    assert [s.name for s in kept] == ["history", "losses", "Out", "young"]

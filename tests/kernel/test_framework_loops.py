@@ -108,16 +108,7 @@ def test_leak_holders_growth_is_measured_while_the_loop_runs(k: Kernel, name: st
     assert top["growth_per_step"] == pytest.approx(report["heap_per_step"], rel=0.5), _said(report)
 
 
-#: clean loops that still get a suspect: the last step's outputs, a dict of tensors with graphs, are flagged
-#: by the rules on a single scan although the scans during the run show them flat
-LAST_STEP_FLAGGED = {"hf_loss_item"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="the last step's outputs are flagged"))
-    if n in LAST_STEP_FLAGGED else n
-    for n in sorted(HOLDER_CLEAN)
-])
+@pytest.mark.parametrize("name", sorted(HOLDER_CLEAN))
 def test_clean_loop_is_clean_with_no_suspect(k: Kernel, name: str) -> None:
     report = _report(k, name)
     assert report["verdict"] == "clean" and report["suspects"] == [], _said(report)
