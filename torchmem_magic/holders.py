@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 from .model import Suspect
+from .resources import HEAP, VRAM
 from .slopes import theil_sen
 from .units import format_bytes, format_duration, plural_noun, rate_unit
 from .verdict import Diagnosis
@@ -198,15 +199,18 @@ def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock
     return f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(clock)}, {what}"
 
 
-def curves_rate(diagnosis: Diagnosis) -> tuple[float, float] | None:
+def curves_rate(diagnosis: Diagnosis, on_device: bool = False) -> tuple[float, float] | None:
     """(growth per step, its standard error) of the memory a holder's objects can live in: the heap in
-    use (the kernel's RSS where the heap is not read) plus accelerator memory; None when no curve had
-    enough steps to measure it."""
+    use (the kernel's RSS where the heap is not read) plus accelerator memory, or for a holder whose
+    tensors are on a device (`on_device`), that device's memory alone; None when no curve had enough
+    steps to measure it (what no curve measures, no curve can rule out)."""
     measured = {f.resource: f for f in diagnosis.findings if f.verdict != "unknown" and f.per_step_bytes is not None}
     host = measured.get("heap") or measured.get("rss") or measured.get("ram")
-    if host is None:
+    parts = [] if on_device else [host] if host is not None else []
+    if "vram" in measured and (parts or on_device):
+        parts.append(measured["vram"])
+    if not parts:
         return None
-    parts = [host, *([measured["vram"]] if "vram" in measured else [])]
     return sum(p.per_step_bytes or 0.0 for p in parts), sum(p.per_step_error_bytes or 0.0 for p in parts)
 
 
@@ -229,6 +233,8 @@ def fuse(
     headroom_bytes: float | None,
     steps_per_s: float | None,
     tracked: bool = True,
+    on_accelerator: frozenset[str] = frozenset(),
+    device_headroom_bytes: float | None = None,
 ) -> Diagnosis:
     """One verdict from the curves' diagnosis and the holders' own growth.
 
@@ -238,11 +244,12 @@ def fuse(
       the cell that too few scans could judge make the verdict "suspect".
     - Agreement and disagreement between the two are said plainly (`tracked`: the holders were
       scanned during the run, so "no holder grows" means something).
+    - A leak found from a holder alone is in VRAM when its tensors are mostly on an accelerator
+      (`on_accelerator`), and runs out against the device (`device_headroom_bytes`), else in the heap.
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
-    curves = curves_rate(diagnosis)
-    aliased = sorted(name for name, t in trends.items() if ruled_out(t, curves))
+    aliased = sorted(name for name, t in trends.items() if ruled_out(t, curves_rate(diagnosis, name in on_accelerator)))
     top = top_trend(t for t in trends.values() if t.name not in aliased)
     advice = list(diagnosis.advice)
     bounded = [
@@ -267,7 +274,10 @@ def fuse(
                 advice.insert(1, f"{top.name} grows {holder_rate} of the {diagnosis.resource}'s "
                                  f"{format_bytes(curve_rate, signed=True)}/{unit}")
             return replace(diagnosis, advice=(*advice, *bounded))
-        exhaustion = headroom_bytes / rate if headroom_bytes and rate > 0 else None
+        on_device = top.name in on_accelerator
+        resource = VRAM if on_device else HEAP
+        room = device_headroom_bytes if on_device else headroom_bytes
+        exhaustion = room / rate if room and rate > 0 else None
         seconds = exhaustion / steps_per_s if exhaustion is not None and steps_per_s else None
         kind = "sporadic" if top.sporadic else "per-iteration"
         lines = [f"{kind} leak: {top.name} grows {holder_rate}, too little for the curves to show yet"]
@@ -279,9 +289,9 @@ def fuse(
                 when = f"~{format_duration(exhaustion, rough=True)}"
             else:
                 when = f"~{exhaustion:,.0f} {steps_word}" + (f" (~{format_duration(seconds, rough=True)})" if seconds else "")
-            lines.append(f"at {holder_rate} this kernel is OOM-killed in {when}")
+            lines.append(f"at {holder_rate} {resource.runs_out} in {when}")
         return replace(
-            diagnosis, verdict="leak", leak_kind=kind, resource="heap", per_step_bytes=rate,
+            diagnosis, verdict="leak", leak_kind=kind, resource=resource.key, per_step_bytes=rate,
             per_step_error_bytes=None, steps_to_exhaustion=exhaustion, seconds_to_exhaustion=seconds,
             advice=(*lines, *advice, *bounded),
         )

@@ -71,6 +71,7 @@ class LeakFinder:
         self._tracker: HolderTracker | None = None
         self._final_series: HolderSeries = {}
         self.first_named_step: int | None = None  # when the live status line first named a holder
+        self.on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
         self._scans, self._spent_s = 0, 0.0  # kept once the tracker is let go
         self._live_line: tuple[int, str | None] = (-1, None)  # (scans it was computed at, the line)
 
@@ -139,6 +140,11 @@ class LeakFinder:
             result = scan_reusing(
                 self._memo, self._roots(), END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS
             )
+            latest = {s.name: s for s in (tracker.measured() if tracker is not None else [])}
+            latest.update((s.name, s) for s in result.roots)
+            self.on_accelerator = frozenset(
+                name for name, s in latest.items() if s.tensor_bytes and 2 * s.accelerator_bytes > s.tensor_bytes
+            )
             found = suspects_from_scan(result, self.sources, self._baseline)
             found.extend(self._growing_holders(result.roots, {s.name for s in found}))
             if self._keep_scanned and tracker is not None:
@@ -185,6 +191,11 @@ class LeakFinder:
     def spent_s(self) -> float:
         """Wall time those scans took (on the training thread)."""
         return self._tracker.spent_s if self._tracker is not None else self._spent_s
+
+    def evidence_fields(self) -> dict[str, Any]:
+        """The run's evidence that the leak finder gathered (fields of RunEvidence), once it finished."""
+        return {"holder_series": self.series(), "live_suspects_at_step": self.first_named_step,
+                "holders_on_accelerator": self.on_accelerator}
 
     def series(self) -> HolderSeries:
         """Each holder's (step, retained bytes) points so far."""

@@ -86,6 +86,7 @@ class RunEvidence:
     training_loader: int | None = None  # the loader whose passes are the epochs (None: every pass)
     holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> (step, bytes) at scans
     live_suspects_at_step: int | None = None
+    holders_on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
     ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
     guard_advice: tuple[str, ...] = ()  # what the memory guard did, first in the advice
 
@@ -390,7 +391,8 @@ def assemble_report(evidence: RunEvidence) -> Report:
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(
         curves, suspects, evidence.clock, float(ram.limit_bytes - ram.end_bytes), steps_per_s,
-        tracked=bool(evidence.holder_series),
+        tracked=bool(evidence.holder_series), on_accelerator=evidence.holders_on_accelerator,
+        device_headroom_bytes=None if vram is None else vram_headroom_bytes(vram),
     )
     death_advice = worker_death_advice(evidence, ram, shm)
     if shm is not None and not death_advice:

@@ -337,8 +337,7 @@ class MemwatchSession:
             suspects=suspects,
             exception=ended_by,
             source_errors=merged_errors(errors),
-            holder_series={} if finder is None else finder.series(),
-            live_suspects_at_step=None if finder is None else finder.first_named_step,
+            **({} if finder is None else finder.evidence_fields()),
             ranks=None if self.ranks is None else self.ranks.summaries(ended_by),
             guard_advice=() if self.guard is None else self.guard.advice(ended_by, counter.clock, counter.steps),
         )

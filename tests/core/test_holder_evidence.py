@@ -5,6 +5,8 @@ stay found from their own series."""
 
 from __future__ import annotations
 
+import pytest
+
 from torchmem_magic.holders import fuse, holder_trend, without_flat
 from torchmem_magic.model import Suspect
 from torchmem_magic.verdict import Diagnosis, ResourceFinding
@@ -90,3 +92,16 @@ def test_a_holder_its_own_scans_found_flat_is_no_suspect() -> None:
         cache("young", flat[:4], kind="autograd-graph"),
     ))
     assert [s.name for s in kept] == ["history", "losses", "Out", "young"]
+
+
+def test_a_leak_found_from_a_holder_alone_is_where_its_tensors_live() -> None:
+    """Graph nodes piling up on a GPU show on no curve: the holder's own series finds the leak, and it is a
+    VRAM leak, projected against the device's headroom, when the holder's tensors are mostly on a device."""
+    total = cache("total_loss", [(s, 2800 + s * 5600) for s in (2, 4, 8, 16, 32, 144, 259)], kind="autograd-graph")
+    on_gpu = fuse(curves(), [total], "optimizer", headroom_bytes=8 << 30, steps_per_s=500.0,
+                  on_accelerator=frozenset({"total_loss"}), device_headroom_bytes=float(1 << 30))
+    assert (on_gpu.verdict, on_gpu.resource) == ("leak", "vram"), on_gpu
+    assert on_gpu.steps_to_exhaustion == pytest.approx((1 << 30) / 5600, rel=0.01)
+    assert any("CUDA runs out of memory" in line for line in on_gpu.advice), on_gpu.advice
+    on_host = fuse(curves(), [total], "optimizer", headroom_bytes=8 << 30, steps_per_s=500.0)
+    assert (on_host.verdict, on_host.resource) == ("leak", "heap") and "OOM-killed" in " ".join(on_host.advice)

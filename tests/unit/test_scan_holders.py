@@ -144,3 +144,22 @@ def test_no_grad_outputs_in_a_list_deep_in_an_object_too_big_to_rescan_are_named
         top = w.report.suspects[0] if w.report.suspects else None
         assert top is not None and (top.name, top.path, top.kind) == ("state", "state.validation_outputs", "tensor-cache"), (
             run, w.report.suspects)
+
+
+def test_a_leak_of_device_tensors_found_from_its_holder_is_a_vram_leak() -> None:
+    """Tensors kept on a device are no host memory: the holder's own series finds the leak, its bytes are
+    counted as on an accelerator (the meta device stands in for a GPU here: no curve measures it), and
+    the report calls it a VRAM leak, not a heap one."""
+    model = torch.nn.Linear(64, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with memwatch(10, quiet=True) as w:  # the script API looks at this module's globals too
+        for _ in range(200):
+            _step(model, opt)
+            ON_DEVICE.append(torch.empty(1 << 16, device="meta"))  # 256 KiB a step, on no host curve
+    ON_DEVICE.clear()
+    report = w.report
+    assert report is not None and report.suspects and report.suspects[0].name == "ON_DEVICE", report
+    assert (report.verdict, report.resource) == ("leak", "vram"), report.advice
+
+
+ON_DEVICE: list[torch.Tensor] = []

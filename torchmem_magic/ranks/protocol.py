@@ -107,6 +107,7 @@ def evidence_fields(evidence: RunEvidence) -> dict[str, Any]:
         "training_loader": evidence.training_loader,
         "holder_series": {name: [list(p) for p in points] for name, points in evidence.holder_series.items()},
         "live_suspects_at_step": evidence.live_suspects_at_step,
+        "holders_on_accelerator": sorted(evidence.holders_on_accelerator),
     }
 
 
@@ -148,4 +149,5 @@ def evidence_from(fields: dict[str, Any], timeline: Timeline) -> RunEvidence:
             str(name): [(int(s), int(b)) for s, b in points] for name, points in fields.get("holder_series", {}).items()
         },
         live_suspects_at_step=fields.get("live_suspects_at_step"),
+        holders_on_accelerator=frozenset(str(name) for name in fields.get("holders_on_accelerator", ())),
     )

@@ -73,6 +73,7 @@ class RootStats:
     holder_type: str  # the root object's type name
     tensors: int = 0
     tensor_bytes: int = 0  # storages first counted here (deduplicated across all roots)
+    accelerator_bytes: int = 0  # of those, the bytes on an accelerator (a CUDA, MPS, XPU device)
     scalar_tensors: int = 0
     graph_tensors: int = 0  # tensors with a grad_fn
     graph_nodes: int = 0

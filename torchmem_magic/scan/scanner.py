@@ -225,6 +225,8 @@ class Scanner:
         root.tensors += 1
         if counted:
             root.tensor_bytes += nbytes
+            if t.device.type != "cpu":
+                root.accelerator_bytes += nbytes
         if root.first_tensor_path is None:
             root.first_tensor_path = path
         if scalar:
