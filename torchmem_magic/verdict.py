@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from . import resources
 from .model import VerdictName
 from .slopes import (
+    evenly_spaced,
     mad,
     noise_scale,
     persistent_jumps,
@@ -128,10 +129,11 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
         return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0, released_bytes=released)
     rate = typical_rate(xs, ys)
     noise = noise_scale(xs, ys, rate)
-    slope, intercept = theil_sen(xs, ys, max_points)
-    residual_scale = mad([y - (intercept + slope * x) for x, y in zip(xs, ys)])
-    x_mean = statistics.fmean(xs)
-    spread = math.sqrt(sum((x - x_mean) ** 2 for x in xs)) or 1.0
+    fit_xs, fit_ys = evenly_spaced(xs, ys)  # the fit weighs every stretch of steps alike
+    slope, intercept = theil_sen(fit_xs, fit_ys, max_points)
+    residual_scale = mad([y - (intercept + slope * x) for x, y in zip(fit_xs, fit_ys)])
+    x_mean = statistics.fmean(fit_xs)
+    spread = math.sqrt(sum((x - x_mean) ** 2 for x in fit_xs)) or 1.0
     error = max(residual_scale, noise, 1.0) / spread
     total = slope * (xs[-1] - xs[0])
     big_enough = total > max(MIN_TOTAL_BYTES, 6 * max(noise, residual_scale))
