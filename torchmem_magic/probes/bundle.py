@@ -21,6 +21,8 @@ from .shm import ShmProbe, ShmReading
 NAN = math.nan
 #: columns a step reading copies from the last background reading (too slow to read at every step)
 SLOW_COLUMNS = tuple(r.column for r in resources.RESOURCES if r.slow)
+#: the columns the readings fill by hand, looked up once (a step reading runs at every sampled step)
+_RAM, _RSS, _WORKER_COUNT = resources.RAM.column, resources.RSS.column, resources.WORKER_COUNT.column
 
 
 class ProbeBundle:
@@ -49,7 +51,7 @@ class ProbeBundle:
         self.shm.idle = running and not self.tree.workers
         row = self._background.read()
         self._last_slow = {name: row[name] for name in SLOW_COLUMNS}
-        workers = row[resources.WORKER_COUNT.column]
+        workers = row[_WORKER_COUNT]
         if not math.isnan(workers):
             self.max_workers = max(self.max_workers, int(workers))
         return row
@@ -57,7 +59,7 @@ class ProbeBundle:
     def step_row(self) -> Reading:
         """The fast counters now, the slow columns as last read; RAM is the kernel's RSS plus children."""
         row = self._per_step.read()
-        row[resources.RAM.column] = row[resources.RSS.column] + self.tree.children_bytes
+        row[_RAM] = row[_RSS] + self.tree.children_bytes
         row.update(self._last_slow)
         return row
 
