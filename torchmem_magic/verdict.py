@@ -297,7 +297,9 @@ def decide(
             f"DataLoader workers' memory grew by {format_bytes(workers_growth)} (by PSS) while "
             "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they read "
             "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
-            "np.frombuffer / pyarrow for strings) avoid it."
+            "np.frombuffer / pyarrow for strings) avoid it. Where the dataset holds arrays already, the workers' "
+            "garbage collector copied the pages of the notebook's other objects once: gc.freeze() just before "
+            "the loop avoids that."
             + _copy_on_access_projection(by_resource["workers"], workers, first_pass_steps)
         )
     elif rss and rss.verdict == "leak" and heap and heap.verdict == "clean":

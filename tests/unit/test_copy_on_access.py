@@ -27,7 +27,7 @@ class Rows(Dataset):  # type: ignore[type-arg]
 
 
 def _advice(as_numpy: bool) -> tuple[str, ...]:
-    loader = DataLoader(Rows(as_numpy), batch_size=2048, num_workers=2, persistent_workers=True, shuffle=True)
+    loader = DataLoader(Rows(as_numpy), batch_size=2048, num_workers=2, persistent_workers=True)
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     session = MemwatchSession(SessionOptions(100))
