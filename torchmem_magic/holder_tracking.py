@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .scan.results import Budget, Root, RootStats
+from .scan.plain_lists import PlainListMemo
 from .scan.scanner import scan_roots
 from .suspects import classify
 
@@ -79,6 +80,7 @@ class HolderTracker:
         self._start_allowance_s = start_allowance_s
         self._min_gap_s = min_gap_s
         self._clock = clock
+        self._plain_lists = PlainListMemo()  # the records a scan checked are not checked again at the next
         self._lock = threading.Lock()  # series are written here and read by the live figure's thread
         self._series: dict[str, list[tuple[int, int]]] = {}
         self.kinds: dict[str, str] = {}  # name -> suspect kind at the last scan ("autograd-graph", ...)
@@ -121,7 +123,7 @@ class HolderTracker:
             roots = self._roots()
             if not full:
                 roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
-            result = scan_roots(roots, self._budget) if roots else None
+            result = scan_roots(roots, self._budget, plain_lists=self._plain_lists) if roots else None
         except KeyboardInterrupt as interrupt:
             # a SIGINT mid-scan (it runs on the training thread): raised without the scan's frames, which
             # hold the user's objects (IPython keeps the traceback as sys.last_traceback)

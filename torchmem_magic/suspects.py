@@ -80,6 +80,16 @@ def _with_line(fix: SourceFix | None, fallback: str) -> str:
     return fallback if fix is None else f"{fix.after}  # was: {fix.before}"
 
 
+def _kept_until_reset(stats: RootStats, place: str) -> bool:
+    """The tensors are the state of an object that has `reset()` (a metric accumulating its inputs)."""
+    return stats.resettable and stats.kind == "user" and place.startswith(f"{stats.path}.")
+
+
+def _reset_fix(name: str) -> str:
+    return (f"call {name}.reset() once its value is used (after compute(), at each epoch's end): "
+            "it keeps every update's tensors until reset")
+
+
 def fix_for(stats: RootStats, kind: str, sources: list[str]) -> str:
     """The line to change, specific to what was found; from the user's own code where it is found."""
     if kind == "output-cache":
@@ -107,6 +117,8 @@ def fix_for(stats: RootStats, kind: str, sources: list[str]) -> str:
         where = f" (it fills it with `{found.before}`)" if found else ""
         return f"wrap the code that fills {container} in `with torch.no_grad():`{where}"
     if kind == "tensor-cache":  # no graphs: the tensors themselves are the memory
+        if _kept_until_reset(stats, container):
+            return _reset_fix(stats.name)
         if stats.scalar_tensors == stats.tensors:
             return _with_line(fix_append(container, "item", sources), f"{container}.append(x.item())  # store numbers")
         return (
@@ -273,6 +285,8 @@ def growing_suspect(
     )
     scalars = stats.scalar_tensors == stats.tensors
     fix = _with_line(fix_append(place, "item", sources), fallback) if scalars else fallback
+    if _kept_until_reset(stats, place):
+        fix = _reset_fix(stats.name)
     before_bytes = baseline.get(stats.name)
     return Suspect(
         name=stats.name, path=place, kind="tensor-cache", tensors=stats.tensors, graph_nodes=stats.graph_nodes,

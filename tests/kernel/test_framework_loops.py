@@ -28,7 +28,7 @@ REPORT = (
     "(lambda r: {k: r[k] for k in ('verdict', 'leak_kind', 'resource', 'clock', 'steps', 'epochs', 'advice')}"
     " | {'heap_per_step': (r['heap'] or {}).get('per_step'),"
     " 'suspects': [{k: s[k] for k in ('name', 'path', 'kind', 'tensors', 'graph_nodes', 'retained_bytes',"
-    " 'new_in_cell', 'growth_per_step', 'first_seen_step')} for s in r['suspects']]})"
+    " 'new_in_cell', 'growth_per_step', 'first_seen_step', 'fix')} for s in r['suspects']]})"
     "(torchmem_magic.last_report().to_dict())"
 )
 
@@ -88,16 +88,7 @@ def test_leak_is_called_and_its_holder_named_first(k: Kernel, name: str) -> None
     assert top["name"] == holder and top["path"].startswith(path), _said(report)
 
 
-#: holders the scans between steps do not measure yet: a name whose scan meets tens of thousands of objects is
-#: re-measured only at the full scans, which its size keeps out of the budget (named at the end, without a series)
-TOO_BIG_TO_RESCAN = {"run_state_deep_list"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not re-measured between steps: too big to rescan"))
-    if n in TOO_BIG_TO_RESCAN else n
-    for n in sorted(HOLDER_LEAKS)
-])
+@pytest.mark.parametrize("name", sorted(HOLDER_LEAKS))
 def test_leak_holders_growth_is_measured_while_the_loop_runs(k: Kernel, name: str) -> None:
     """The named holder's own mid-run scans show it growing, at about the rate the curves show (the holder
     is where the memory goes; a graph-only leak's rate is the holder's alone)."""
@@ -106,6 +97,11 @@ def test_leak_holders_growth_is_measured_while_the_loop_runs(k: Kernel, name: st
     top = next((s for s in report["suspects"] if s["name"] == holder), None)
     assert top is not None and top["growth_per_step"] is not None, _said(report)
     assert top["growth_per_step"] == pytest.approx(report["heap_per_step"], rel=0.5), _said(report)
+
+
+def test_a_metric_never_reset_is_fixed_by_resetting_it(k: Kernel) -> None:
+    report = _report(k, "torchmetrics_cat_metric_never_reset")
+    assert report["suspects"] and "all_embeddings.reset()" in report["suspects"][0]["fix"], _said(report)
 
 
 @pytest.mark.parametrize("name", sorted(HOLDER_CLEAN))

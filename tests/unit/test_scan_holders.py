@@ -163,3 +163,30 @@ def test_a_leak_of_device_tensors_found_from_its_holder_is_a_vram_leak() -> None
 
 
 ON_DEVICE: list[torch.Tensor] = []
+
+
+class Accumulator:
+    """A metric in the way metric libraries write one: its state grows with `update` until `reset`."""
+
+    def __init__(self) -> None:
+        self.values: list[torch.Tensor] = []
+
+    def update(self, x: torch.Tensor) -> None:
+        self.values.append(x)
+
+    def reset(self) -> None:
+        self.values = []
+
+
+class Keeper(Accumulator):
+    reset = None  # type: ignore[assignment]  # no reset to call
+
+
+def test_a_growing_state_of_an_object_with_reset_is_fixed_by_resetting_it() -> None:
+    for cls, resets in ((Accumulator, True), (Keeper, False)):
+        embeddings = cls()
+        with memwatch(quiet=True) as w:
+            for _ in range(60):
+                embeddings.update(torch.randn(64, 256))
+        top = w.report.suspects[0]
+        assert top.name == "embeddings" and ("embeddings.reset()" in top.fix) == resets, (cls, top)

@@ -110,7 +110,7 @@ def test_an_interrupt_during_a_mid_run_holder_scan_keeps_no_user_object(monkeypa
     interrupt is kept by IPython (sys.last_traceback) and must not hold the scan's roots."""
     import torchmem_magic.holder_tracking as tracking
 
-    def scan_roots(roots: list[Root], budget: Any = None) -> Any:
+    def scan_roots(roots: list[Root], budget: Any = None, **_: Any) -> Any:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tracking, "scan_roots", scan_roots)

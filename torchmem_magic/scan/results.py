@@ -71,6 +71,7 @@ class RootStats:
     kind: str
     path: str
     holder_type: str  # the root object's type name
+    resettable: bool = False  # its class defines `reset()` (a metric: its state grows until reset)
     tensors: int = 0
     tensor_bytes: int = 0  # storages first counted here (deduplicated across all roots)
     accelerator_bytes: int = 0  # of those, the bytes on an accelerator (a CUDA, MPS, XPU device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from itertools import chain, count, repeat
+from itertools import chain, count, islice, repeat
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,6 +40,7 @@ from .introspect import (
     type_name,
 )
 from .paths import LazyPath, innermost_slot, path_text, pretty_path
+from .plain_lists import MIN_ITEMS, PlainListMemo
 from .results import MAX_PLACES, NODE_BYTES, Budget, FunctionSlot, Root, RootStats, ScanResult, SlotStats
 
 # A tensor reachable from several names is counted for the first: user names before IPython's caches.
@@ -47,10 +48,24 @@ _KIND_ORDER = {"user": 0, "output-cache": 1, "traceback": 2}
 _LAST_ITEM = re.compile(r"(\[[^\[\]]*\]|\{…\}|\.keys\(\)\[[^\[\]]*\])$")  # `[3]`, `['val']`, a set's `{…}`
 
 
-def scan_roots(roots: list[Root], budget: Budget | None = None, seen: Iterable[int] = ()) -> ScanResult:
+def _resettable(obj: Any) -> bool:
+    """Whether `obj`'s class defines a `reset` function (looked up in the classes' own dictionaries: no
+    attribute code of the user's runs)."""
+    try:
+        found = next((vars(cls)["reset"] for cls in type(obj).__mro__ if "reset" in vars(cls)), None)
+        return callable(found)
+    except Exception:
+        return False
+
+
+def scan_roots(
+    roots: list[Root], budget: Budget | None = None, seen: Iterable[int] = (), plain_lists: PlainListMemo | None = None
+) -> ScanResult:
     """Scan `roots` within `budget`; returns numbers and paths only (no references). The objects whose
-    ids are in `seen` count as visited already: what other names hold is not blamed on these roots."""
-    scanner = Scanner(budget or Budget())
+    ids are in `seen` count as visited already: what other names hold is not blamed on these roots.
+    With `plain_lists` (the scans during a run), long lists of plain records are checked from where the
+    last scan with the same memo stopped."""
+    scanner = Scanner(budget or Budget(), plain_lists)
     scanner.mark_seen(seen)
     return scanner.scan(roots)
 
@@ -58,8 +73,11 @@ def scan_roots(roots: list[Root], budget: Budget | None = None, seen: Iterable[i
 class Scanner:
     """One scan over a list of roots. Use `scan_roots()`."""
 
-    def __init__(self, budget: Budget) -> None:
+    def __init__(self, budget: Budget, plain_lists: PlainListMemo | None = None) -> None:
         self.budget = budget
+        self._plain_lists = plain_lists
+        if plain_lists is not None:
+            plain_lists.next_scan()
         self.torch: Any = sys.modules.get("torch")  # never imported here: no torch, no tensors
         self._categories = TypeCategories(self.torch)
         self._visited: set[int] = set()
@@ -92,7 +110,7 @@ class Scanner:
             stats = stats_by_name.get(root.name)
             if stats is None:
                 holder = type_name(type(root.obj))
-                stats = stats_by_name[root.name] = RootStats(root.name, root.kind, root.path, holder)
+                stats = stats_by_name[root.name] = RootStats(root.name, root.kind, root.path, holder, _resettable(root.obj))
             self._traverse(root, stats)
         # after all roots are traversed: saved tensors reachable directly are not "kept by the graph"
         by_root: dict[str, list[ReachedTensor]] = {}
@@ -173,8 +191,14 @@ class Scanner:
         category_of = self._categories.of
         visited = self._visited
         cls = type(obj)
-        if cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
-            items: Any = zip(obj, repeat(INDEX), count())
+        plain_objects = skipped = 0
+        memo = self._plain_lists if cls is list and len(obj) >= MIN_ITEMS else None
+        if memo is not None:
+            skipped, plain_objects = memo.known_prefix(obj, self._still_plain)
+        if skipped:
+            items: Any = zip(islice(obj, skipped, None), repeat(INDEX), count(skipped))
+        elif cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
+            items = zip(obj, repeat(INDEX), count())
         elif cls is dict:
             items = zip(obj.values(), repeat(KEY), obj.keys())
             if not ATOMIC_EXACT.issuperset(map(type, obj)):
@@ -187,10 +211,11 @@ class Scanner:
             items = class_containers(obj, own_only=True)
         else:
             items = children(obj, category)
-        plain_objects = 0
+        all_plain = memo is not None
         for i, (child, how, token) in enumerate(items):
             if i & 0x3FFF == 0x3FFF and time.perf_counter() > self._deadline:  # plain data skips the checks below
                 stats.truncated = self.truncated = True
+                all_plain = False
                 break
             child_type = type(child)
             child_category = categories.get(child_type) or category_of(child_type)
@@ -201,6 +226,7 @@ class Scanner:
                 if plain:  # holds no tensor: counted (again, if reached twice), never visited
                     plain_objects += plain
                     continue
+            all_plain = False
             if id(child) in visited:
                 continue
             if child_category is not TENSOR:
@@ -211,9 +237,19 @@ class Scanner:
                         self.notes.append(f"{path_text(path)}: only its first {limit:,} non-tensor items were scanned")
                     continue
             out.append((child, (path, how, token), depth))
+        if all_plain:
+            memo.remember(obj, plain_objects)  # type: ignore[union-attr]
         self.plain_objects += plain_objects  # cheap: not held against the object budget
         stats.plain_objects += plain_objects
         return out
+
+    def _still_plain(self, item: Any) -> bool:
+        """Whether an item of a list checked before is still atomic or plain data (a spot check)."""
+        item_type = type(item)
+        category = self._categories.of(item_type)
+        if category is ATOMIC or category is SKIP:
+            return True
+        return (category is SEQUENCE or category is MAPPING) and plain_data_containers(item, item_type) > 0
 
     def _record_tensor(self, t: Any, lazy_path: LazyPath, root: RootStats) -> None:
         path = pretty_path(path_text(lazy_path))
