@@ -83,6 +83,7 @@ class HolderTracker:
         self._plain_lists = PlainListMemo()  # the records a scan checked are not checked again at the next
         self._lock = threading.Lock()  # series are written here and read by the live figure's thread
         self._series: dict[str, list[tuple[int, int]]] = {}
+        self._object_ids: dict[str, int] = {}  # name -> id of the object it held at the scans (ids only)
         self.kinds: dict[str, str] = {}  # name -> suspect kind at the last scan ("autograd-graph", ...)
         self.last_stats: dict[str, RootStats] = {}  # name -> what the last scan that measured it found
         self._started_s: float | None = None  # the first step: setup before the loop does not count
@@ -129,9 +130,11 @@ class HolderTracker:
             # hold the user's objects (IPython keeps the traceback as sys.last_traceback)
             roots = []
             raise interrupt.with_traceback(None) from None
-        del roots
         if result is not None:
             self._record(step, result.roots)
+            with self._lock:
+                self._object_ids.update((r.name, id(r.obj)) for r in roots if r.name in self._series)
+        del roots
         self.scans += 1
         now = self._clock()
         self.spent_s += now - started
@@ -160,6 +163,21 @@ class HolderTracker:
                 series.append((step, stats.retained_bytes))
                 if len(series) > MAX_POINTS:
                     del series[1::2]  # keep the first point (the baseline) and every other one
+
+    def follow_renamed(self, roots: list[Root]) -> None:
+        """A holder measured under a name that is gone and now held under another (a helper's local
+        returned to its caller, `history = train()`): its series goes on under the new name."""
+        with self._lock:
+            names = {root.name for root in roots}
+            gone = {object_id: name for name, object_id in self._object_ids.items() if name not in names}
+            for root in roots:
+                old = gone.pop(id(root.obj), None)
+                if old is None or root.name in self._series or old not in self._series:
+                    continue
+                self._series[root.name] = self._series.pop(old)
+                self.kinds[root.name] = self.kinds.pop(old, "tensors")
+                self.last_stats.pop(old, None)  # paths under the old name: the scan at the end measures it again
+                self._object_ids[root.name] = self._object_ids.pop(old)
 
     def restart(self) -> None:
         """A better step clock replaced the current one: the steps recorded so far mean something else."""

@@ -129,17 +129,18 @@ class LeakFinder:
         """The suspects at the end, then let go of the roots; `scan=False` (an
         interrupt while the end scan ran): none."""
         tracker = self._tracker
+        roots = self._roots() if scan and self._roots is not None else None
         try:
             if tracker is not None:
+                if roots is not None:
+                    tracker.follow_renamed(roots)
                 self._final_series = tracker.snapshot()
                 self.first_named_step = first_named_step(self._final_series)
-            if not scan or self._roots is None:
+            if roots is None:
                 return ()
             tracked = tracker.tracked() if tracker is not None else set()
             # the names cheap to scan are scanned again, whatever their fingerprint says
-            result = scan_reusing(
-                self._memo, self._roots(), END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS
-            )
+            result = scan_reusing(self._memo, roots, END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS)
             latest = {s.name: s for s in (tracker.measured() if tracker is not None else [])}
             latest.update((s.name, s) for s in result.roots)
             self.on_accelerator = frozenset(
@@ -153,6 +154,7 @@ class LeakFinder:
                 found = [*found, *suspects_from_stats(gone, self.sources, self._baseline)]  # the Report orders them
             return tuple(found)
         finally:
+            roots = None  # the user's objects: not kept by the traceback of an interrupt in the scan
             self.close()
 
     def _growing_holders(self, measured: list[RootStats], named: set[str]) -> list[Suspect]:

@@ -8,7 +8,7 @@ import pickle
 import threading
 
 import pytest
-from gate_loops import STEPS, make_model, metric, train_keeping_graphs, train_step
+from gate_loops import STEPS, make_model, metric, train_keeping_graphs, train_returning_metrics, train_step
 
 import torchmem_magic
 from torchmem_magic import LeakError, assert_no_leak, memwatch
@@ -96,6 +96,17 @@ def test_the_script_api_names_a_helpers_local_too() -> None:
     assert (report.verdict, report.leak_kind, report.resource) == ("leak", "per-iteration", "heap"), report.advice
     assert report.heap is not None and report.heap.end_bytes < report.heap.peak_bytes
     assert any("of it came back when the block ended" in line for line in report.advice), report.advice
+
+
+def test_a_helpers_local_returned_to_the_caller_keeps_its_growth_under_the_callers_name() -> None:
+    with memwatch(20, quiet=True) as w:
+        history = train_returning_metrics()
+    assert w.report is not None and w.report.suspects, w.report
+    top = w.report.suspects[0]
+    assert top.name == "history" and len(history) == STEPS, w.report.suspects
+    # the series the scans during the run measured under `kept_metrics` goes on under `history`
+    assert top.growth_per_step is not None and top.growth_per_step > 0 and top.series, top
+    assert all(s.name != "kept_metrics" for s in w.report.suspects), w.report.suspects
 
 
 def test_a_clean_loop_passes() -> None:
