@@ -176,6 +176,37 @@ def test_process_tree_counts_children_by_pss_and_announced_workers() -> None:
         probe.close()
 
 
+@linux_only
+def test_a_workers_pss_is_read_at_a_period_set_by_the_reads_cpu_cost_not_its_wall_time() -> None:
+    """On a busy machine a read's wall time stretches while its CPU cost does not: the period follows the
+    CPU cost (what the probe takes from the machine), so the readings stay as frequent as it allows."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    wall = [100.0]
+    cpu_per_read_s = {"cost": 0.05}
+    cpu = [0.0]
+
+    def cpu_clock() -> float:  # read before and after each PSS read: `cost` apart
+        cpu[0] += cpu_per_read_s["cost"]
+        return cpu[0]
+
+    probe = ProcessTreeProbe(clock=lambda: wall[0], cpu_clock=cpu_clock)
+    try:
+        probe.announce_workers([(child.pid, None)])
+        probe.read()
+        periods = []
+        for cost in (0.05, 0.001):  # 20x the cost while young: 1 s, then the 0.25 s floor
+            cpu_per_read_s["cost"] = cost
+            child_state = probe._children[child.pid]
+            wall[0] = child_state.next_pss_s
+            probe.read()
+            periods.append(round(child_state.next_pss_s - wall[0], 3))
+        assert periods == [1.0, 0.25]
+    finally:
+        child.kill()
+        child.wait()
+        probe.close()
+
+
 def test_descendant_pids_match_psutil_including_grandchildren() -> None:
     script = "import subprocess, time; p = subprocess.Popen(['sleep', '30']); time.sleep(30)"
     children = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(2)]

@@ -209,7 +209,7 @@ class ProcessTreeProbe:
     """RAM of the kernel process and its descendants (DataLoader workers, shm managers...).
 
     The kernel's RSS is read on every tick. Child discovery (~65 µs from /proc) runs twice a
-    second, and each child's PSS (~8 ms + 25 ms/GiB) at a period adapted to what it costs, so
+    second, and each child's PSS (~8 ms + 25 ms/GiB) at a period adapted to what it costs in CPU, so
     the probe never takes more than ~2% of one core. Workers announced by the DataLoader hook are
     picked up at the next tick without waiting for discovery; when one disappears, how it ended is
     recorded in `worker_exits`.
@@ -224,9 +224,13 @@ class ProcessTreeProbe:
     PSS_COST_FACTOR = 40.0  # wait at least 40x what the last PSS read cost (≤ 2.5% of a core a worker) ...
     YOUNG_PSS_COST_FACTOR = 20.0  # ... 5% in a worker's first seconds (the read is kernel work, off the GIL)
 
-    def __init__(self, pid: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, pid: int | None = None, clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
         self.pid = os.getpid() if pid is None else pid
         self._clock = clock
+        self._cpu_clock = cpu_clock  # what a PSS read costs this thread (the kernel's work in the read included)
         self.kernel = KernelRssProbe(self.pid)
         self._children: dict[int, ChildProcess] = {}
         self._worker_processes: dict[int, Any] = {}  # pid -> its multiprocessing.Process, if known
@@ -294,9 +298,9 @@ class ProcessTreeProbe:
         children_bytes = workers_bytes = workers = 0
         for pid, child in list(self._children.items()):
             if now >= child.next_pss_s:
-                started = time.perf_counter()
+                started = self._cpu_clock()
                 reading = read_proportional_memory(pid)
-                cost_s = time.perf_counter() - started
+                cost_s = self._cpu_clock() - started  # CPU, not wall: a busy machine stretches the wall time alone
                 young = now - child.first_seen_s < self.YOUNG_S
                 min_period_s, factor = (
                     (self.YOUNG_PSS_MIN_PERIOD_S, self.YOUNG_PSS_COST_FACTOR) if young
