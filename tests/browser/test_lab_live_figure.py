@@ -72,7 +72,13 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     # while cell 2 is busy ([*]) and cell 1 is done, the line must gain points between two looks
     _wait(page, f"() => {{ const p = ({PROMPTS_JS})(); return p[1] === '[*]:' && p[0] !== '[*]:' && ({POINTS_JS})() > 2; }}")
     first = page.evaluate(POINTS_JS)
-    time.sleep(2.0)
+    # keyed to what the page shows, not to a wait: torch's own setup before the first step takes seconds
+    # on a busy machine. While the cell is still busy, the holder is named and the curve has grown.
+    _wait(page, f"""() => {{
+      const status = document.querySelector('.jp-Notebook .widget-html');
+      return ({PROMPTS_JS})()[1] === '[*]:' && ({POINTS_JS})() > {first} && !!status
+        && status.innerText.replace(/\\u00a0/g, ' ').includes('growing: kept +2.0 MiB/step, tensors');
+    }}""", 60)
     second = page.evaluate(POINTS_JS)
     prompts = page.evaluate(PROMPTS_JS)
     page.screenshot(path=str(ARTIFACTS / "live_running.png"), full_page=True)
