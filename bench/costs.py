@@ -40,6 +40,7 @@ def hot_path_costs() -> dict[str, float]:
         sampled_us = _median_us(sampled_step)
         filing_us = _median_us(lambda: session.step_counter.file_rows(session.timeline, time.thread_time), n=1) / 2000  # files the 2,000 queued rows
         tick_us = _median_us(session._background_row, n=500)
+    guarded_us = _guarded_sampled_step_us()
     module, x = torch.nn.Identity(), torch.zeros(1)
     bare_call_us = _median_us(lambda: module(x))
     forward_clock = TrainingHooks(lambda clock: None, lambda loader_pass: None)
@@ -50,11 +51,23 @@ def hot_path_costs() -> dict[str, float]:
         "a module call with the forward clock's hooks (loops without backward)": hooked_call_us,
         "step hook, step not sampled": skipped_us,
         "step hook, step sampled (training thread)": sampled_us,
+        "step hook, step sampled, with the guard's check (training thread)": guarded_us,
         "filing one step row (sampler thread)": filing_us,
         "background tick (sampler thread)": tick_us,
         "heap read (mallinfo2), fresh process": _fresh_heap_read_us(),
         "heap read (mallinfo2), this process after the overhead runs": _median_us(HeapProbe().read),
     }
+
+
+def _guarded_sampled_step_us() -> float:
+    """A sampled step of a run with a guard, far from its thresholds: the step row, /dev/shm read now,
+    and the guard's check of them."""
+    with MemwatchSession(SessionOptions(10_000.0, guard=0.9)) as session:
+        def sampled_step() -> None:
+            session.step_counter.sampling.sample_next()
+            session.tick("optimizer")
+
+        return _median_us(sampled_step)
 
 
 def _fresh_heap_read_us() -> float:

@@ -3,13 +3,19 @@
 The OOM killer ends the kernel and every variable with it; the guard ends only the cell, between two
 steps, once a watched resource reaches a share of its limit, or would reach it before the next chance
 to stop (its rate times the time to the next check plus one step). It decides on the sampler thread,
-over the rows the sampler reads anyway; the raise is a step request, so it happens on the training
-thread at a step boundary, never in the middle of the user's code.
+over the rows the sampler reads anyway, and at the sampled steps, over their step-aligned readings: a
+fill faster than a sampling interval (a small /dev/shm filled in a few steps) passes between two rows
+of the sampler, but not between two checks at steps once its growth is seen, since that growth brings
+the next check closer (to every step near the threshold). A fill that goes from flat to past the
+threshold within one sampling stride (a few milliseconds of steps, once the stride has thinned) is
+still seen too late. Either way the raise happens on the training thread at a step boundary, never in
+the middle of the user's code.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,14 +28,18 @@ from .step_requests import RaisedAtStep
 from .units import format_bytes, format_duration, rate_unit
 
 if TYPE_CHECKING:
-    from .probes.accelerator import AcceleratorProbe
     from .model import Suspect
+    from .probes.accelerator import AcceleratorProbe
     from .probes.limits import MemoryLimit
+    from .probes.shm import ShmProbe
 
 #: the growth rate is the slope over the rows of this last stretch (a leak's rate now, not the run's)
 RATE_WINDOW_S = 1.0
 RATE_MAX_ROWS = 64
 RECENT_ROWS = 3  # ... or over the last rows (two intervals), whichever is faster
+#: within this share of its limit below the threshold, a resource is checked at every step: a jump there
+#: (a batch of segments, a burst of allocations) could pass the threshold in one step
+NEAR_MARGIN = 0.05
 
 
 class Watching(Protocol):
@@ -74,7 +84,12 @@ _DEVICES = next((r.guard_name for r in _WATCHED if r.kind == "device"), None)  #
 class MemoryGuard:
     """Holds the sampler's rows against the limits (RAM of the process tree, /dev/shm, each watched
     CUDA device's reserved memory) and hands the session the MemoryGuardError to raise when one trips.
-    `check` runs on the sampler thread; the rest is read by the live figure and the report."""
+    `check` runs on the sampler thread, `check_step` on the training thread at sampled steps; the rest
+    is read by the live figure and the report.
+
+    Args:
+        shm: read by the step check itself: a step row carries the sampler's last reading of /dev/shm.
+    """
 
     def __init__(
         self,
@@ -83,6 +98,7 @@ class MemoryGuard:
         shm_total_bytes: int | None,
         accelerator: AcceleratorProbe,
         interval_s: float,
+        shm: ShmProbe | None = None,
     ) -> None:
         self.share = share
         self._ram_limit = ram_limit
@@ -94,10 +110,57 @@ class MemoryGuard:
         self.horizon_s = interval_s
         self.trip: GuardTrip | None = None  # the first one
         self._error: MemoryGuardError | None = None  # the last one asked for
+        self._asking = threading.Lock()  # the sampler's check and the step check ask for one error between them
+        self._shm = shm
+        self._last_step: tuple[float, float, dict[str, float]] | None = None  # (t_s, step, used) at the last step check
+        self.next_check_steps = 1  # steps that may pass before the next step check
 
     def check(self, row: dict[str, float], run: Watching) -> MemoryGuardError | None:
         """Sampler thread: judge this row; on a trip, the MemoryGuardError the next step is to raise
         (None: nothing to raise, or one asked for already and not raised yet)."""
+        used, limits = self._readings(row, shm_now=False)
+        t_s, step = row.get("t_s", math.nan), row.get("step", math.nan)
+        self._rows.append((t_s, step, used))
+        while len(self._rows) > 2 and t_s - self._rows[0][0] > RATE_WINDOW_S:
+            self._rows.popleft()
+        self.horizon_s = self._horizon_s()
+        self.levels = tuple(
+            Level(resource, used[resource], limit_bytes, source, *self._growth(resource))
+            for resource, (limit_bytes, source) in limits.items()
+        )
+        trip = guard_trip(self.levels, self.share, self.horizon_s)
+        return None if trip is None else self._ask(trip, run)
+
+    def check_step(self, row: dict[str, float], run: Watching, stride_steps: int) -> MemoryGuardError | None:
+        """Training thread, at a sampled step whose next sample is `stride_steps` steps away: judge its
+        step-aligned reading (/dev/shm read now) with the same trip as the sampler's rows, over the
+        growth per step since the last step check, and set `next_check_steps`: the stride, fewer when
+        that growth takes a resource to its threshold sooner. What this check lets pass must stay under
+        the threshold until the next one, so it trips when the growth would pass it within those steps.
+        Returns the MemoryGuardError to raise at this step (None: nothing, or one asked for already)."""
+        used, limits = self._readings(row, shm_now=True)
+        t_s, step = row["t_s"], row["step"]
+        previous, self._last_step = self._last_step, (t_s, step, used)
+        step_s = _step_s(previous, t_s, step)
+        levels = tuple(
+            Level(
+                resource, used[resource], limit_bytes, source,
+                *_step_growth(previous, step_s, step, resource, used[resource]),
+            )
+            for resource, (limit_bytes, source) in limits.items()
+        )
+        self.next_check_steps = steps_to_next_check(levels, self.share, stride_steps)
+        trip = guard_trip(levels, self.share, self.next_check_steps * step_s if step_s is not None else 0.0)
+        return None if trip is None else self._ask(trip, run)
+
+    def restart_steps(self) -> None:
+        """A better step clock replaced the current one: its steps are counted anew."""
+        self._last_step = None
+        self.next_check_steps = 1
+
+    def _readings(self, row: dict[str, float], shm_now: bool) -> tuple[dict[str, float], dict[str, tuple[float, str]]]:
+        """(bytes used, (limit bytes, its source)) of each watched resource in `row`; `shm_now`: /dev/shm
+        as it is now rather than the row's (a step row's is the sampler's last reading)."""
         used: dict[str, float] = {}
         limits: dict[str, tuple[float, str]] = {}
         for watched in _WATCHED:
@@ -114,23 +177,20 @@ class MemoryGuard:
                 limits[name] = (float(self._ram_limit.limit_bytes), self._ram_limit.source)
             elif watched.limit == "shm" and self._shm_total_bytes:
                 limits[name] = (float(self._shm_total_bytes), "its size")
-        t_s, step = row.get("t_s", math.nan), row.get("step", math.nan)
-        self._rows.append((t_s, step, used))
-        while len(self._rows) > 2 and t_s - self._rows[0][0] > RATE_WINDOW_S:
-            self._rows.popleft()
-        self.horizon_s = self._horizon_s()
-        self.levels = tuple(
-            Level(resource, used[resource], limit_bytes, source, *self._growth(resource))
-            for resource, (limit_bytes, source) in limits.items()
-        )
-        trip = guard_trip(self.levels, self.share, self.horizon_s)
-        if trip is None:
-            return None
-        if self._error is not None and self._error.__traceback__ is None:
-            return None  # asked for already, not raised yet (a raised one has a traceback: the loop went on)
-        self.trip = self.trip or trip
-        self._error = MemoryGuardError(guard_message(trip, run.clock, _top_holder(run)), trip)
-        return self._error
+                if shm_now and self._shm is not None:
+                    usage = self._shm.usage()
+                    used[name] = math.nan if usage is None else float(usage.used_bytes)
+        return used, limits
+
+    def _ask(self, trip: GuardTrip, run: Watching) -> MemoryGuardError | None:
+        """The MemoryGuardError for `trip`; None while one asked for (by either check) is not raised yet
+        (a raised one has a traceback: the loop caught it and went on), so one trip raises once."""
+        with self._asking:
+            if self._error is not None and self._error.__traceback__ is None:
+                return None
+            self.trip = self.trip or trip
+            self._error = MemoryGuardError(guard_message(trip, run.clock, _top_holder(run)), trip)
+            return self._error
 
     def _growth(self, resource: str) -> tuple[float | None, float | None]:
         """(bytes per second, bytes per step) over the last rows; None where unknown. The faster of the
@@ -193,6 +253,26 @@ class MemoryGuard:
     def advice(self, ended_by: BaseException | None, clock: str, steps: int) -> tuple[str, ...]:
         """The report's line on what the guard did (nothing when it never tripped)."""
         return guard_advice(self.trip, self.share, isinstance(ended_by, MemoryGuardError), self.raised, clock, steps)
+
+
+def _step_s(previous: tuple[float, float, dict[str, float]] | None, t_s: float, step: float) -> float | None:
+    """Seconds a step took since the last step check; None before one, or with no step or time between."""
+    if previous is None or not step > previous[1] or not t_s > previous[0]:
+        return None
+    return (t_s - previous[0]) / (step - previous[1])
+
+
+def _step_growth(
+    previous: tuple[float, float, dict[str, float]] | None, step_s: float | None, step: float, resource: str,
+    used_bytes: float,
+) -> tuple[float | None, float | None]:
+    """(bytes per second, bytes per step) of `resource` since the last step check, `step_s` a step
+    ago on average; None where unknown."""
+    before_bytes = math.nan if previous is None else previous[2].get(resource, math.nan)
+    if previous is None or step_s is None or math.isnan(before_bytes) or math.isnan(used_bytes):
+        return None, None
+    per_step = (used_bytes - before_bytes) / (step - previous[1])
+    return per_step / step_s, per_step
 
 
 def _top_holder(run: Watching) -> str | None:
@@ -265,6 +345,20 @@ def guard_trip(levels: Sequence[Level], share: float, horizon_s: float) -> Guard
     if soon:
         return GuardTrip(max(soon, key=projected_share), share, True, horizon_s)
     return None
+
+
+def steps_to_next_check(levels: Sequence[Level], share: float, stride_steps: int) -> int:
+    """Steps that may pass before the guard next checks at a step: the sampling stride, fewer where a
+    resource's growth per step takes it to `share` of its limit sooner (its level at that check stays
+    under the threshold), one step once a resource is within NEAR_MARGIN of its limit below it."""
+    ahead = max(1, stride_steps)
+    for level in _judged(levels):
+        headroom_bytes = share * level.limit_bytes - level.used_bytes
+        if headroom_bytes <= NEAR_MARGIN * level.limit_bytes:
+            return 1
+        if level.per_step_bytes is not None and level.per_step_bytes > 0:
+            ahead = min(ahead, max(1, math.ceil(headroom_bytes / level.per_step_bytes) - 1))
+    return ahead
 
 
 def _percent(share: float) -> str:

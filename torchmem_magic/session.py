@@ -129,26 +129,50 @@ class MemwatchSession:
     def tick(self, clock: StepClock) -> None:
         """A step of any clock, on the thread that made it (also one a rank made before it adopted the
         hooks): must stay cheap. Requests (clicks, the guard's stop) and the leak finder's scans run
-        here, between two steps; a sampled step reads only the ~1 µs counters and queues its row."""
+        here, between two steps; a sampled step reads only the ~1 µs counters and queues its row (with a
+        guard, /dev/shm too, for its check); a step not sampled reads nothing."""
         __tracebackhide__ = True
         steps = self.step_counter
         generation = steps.generation
         step = steps.count(clock, self._hooks.current_loader if self._hooks is not None else None)
         if step is None:
             return
-        if steps.generation != generation and self.finder is not None:
-            self.finder.restart()  # a better clock: the holders' steps so far meant something else
+        if steps.generation != generation:
+            self._clock_replaced()
         if self.requests.pending:
             self.requests.run(step)
         if self.finder is not None:
             self.finder.at_step(step)
-        if not steps.sampling.due():
-            return
+        if steps.sampling.due():
+            self._sample_step(step)
+
+    def _sample_step(self, step: int) -> None:
+        """A sampled step: its step-aligned row, and the guard's check of it, which may raise its
+        MemoryGuardError at this very step (a fill can pass the threshold within a sampling interval)
+        and brings the next sampled step closer as a resource nears its threshold. The check's cost
+        counts as the sample's, so away from the thresholds the stride keeps samples in their budget."""
+        __tracebackhide__ = True
+        steps, guard = self.step_counter, self.guard
         started_s, cpu_started_s = self.runtime.clock(), self._cpu_clock()
         assert self.probes is not None
         row = self.probes.step_row()
         row["t_s"], row["step"] = started_s - (self.runtime.started_s or 0.0), float(step)
+        if guard is not None and self.view is not None:
+            stop = guard.check_step(row, self.view, steps.sampling.stride)
+            if stop is not None:
+                self.requests.raise_at_step(stop)
         steps.queue(row, step, started_s, self._cpu_clock() - cpu_started_s)
+        if guard is not None:
+            steps.sampling.sample_within(guard.next_check_steps)
+            if self.requests.pending:  # this check's error, or the sampler's that came since the step began
+                self.requests.run(step)
+
+    def _clock_replaced(self) -> None:
+        """A better clock: the holders' and the guard's steps so far meant something else."""
+        if self.finder is not None:
+            self.finder.restart()
+        if self.guard is not None:
+            self.guard.restart_steps()
 
     def pass_started(self, loader_pass: LoaderPass) -> None:
         """A DataLoader pass began (also one that began before this session's hooks were its own)."""
@@ -206,7 +230,7 @@ class MemwatchSession:
                 shm = probes.shm_usage()
                 self.guard = MemoryGuard(
                     options.guard_share, probes.limit, shm.total_bytes if shm else None, probes.accelerator,
-                    options.interval_s,
+                    options.interval_s, shm=probes.shm,
                 )
             if self.finder is None or not self.finder.inherits_scan:  # a forked rank's watcher collected just before
                 collect_young_garbage()

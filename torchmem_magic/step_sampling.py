@@ -44,6 +44,11 @@ class StepSamplingPolicy:
         """Sample the next step whatever the stride (the benchmarks time a sampled step this way)."""
         self._countdown = 1
 
+    def sample_within(self, steps: int) -> None:
+        """Sample again `steps` steps from now at the latest, whatever the stride (the memory guard's next
+        check at a step, closer than the stride while a resource nears its threshold)."""
+        self._countdown = min(self._countdown, steps)
+
     @property
     def last_sampled_step(self) -> int:
         return self._last_sampled_step

@@ -56,3 +56,15 @@ def test_the_next_step_can_be_forced_and_a_final_sample_is_remembered() -> None:
     assert policy.due()
     policy.mark_sampled(99)
     assert policy.last_sampled_step == 99
+
+
+def test_the_guard_can_bring_the_next_sample_closer_but_never_push_it_away() -> None:
+    policy = StepSamplingPolicy()
+    run(policy, 1000, step_s=200e-6, cost_s=10e-6)
+    assert policy.stride == 17
+    policy.sampled(1001, started_s=1001 * 200e-6, cost_s=10e-6)
+    policy.sample_within(3)  # the guard's next check at a step: 3 steps from now
+    assert [policy.due() for _ in range(3)] == [False, False, True]
+    policy.sampled(1004, started_s=1004 * 200e-6, cost_s=10e-6)
+    policy.sample_within(100)  # further than the stride: the stride stands
+    assert [policy.due() for _ in range(17)] == [False] * 16 + [True]

@@ -1,8 +1,15 @@
 """`%%memwatch --guard` in a real ipykernel: a loop leaking 5 MiB a step is stopped with MemoryGuardError
 before a RAM limit set (TORCHMEM_MAGIC_RAM_LIMIT) just above what the kernel uses; the kernel, its
-variables and the report survive. Without --guard the same loop crosses the threshold and nothing is raised."""
+variables and the report survive. Without --guard the same loop crosses the threshold and nothing is raised.
+A fast loop filling a 16 MiB tmpfs (--shm-path) with 1 MiB a step, far within one sampling interval, is
+stopped at the last step under the threshold, by the checks at steps."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kernel_client import Kernel
@@ -104,3 +111,51 @@ def test_a_bad_guard_is_a_one_line_usage_error(kernel: Kernel) -> None:
     lines = [line for line in execution.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("UsageError: %%memwatch: guard takes a share of the limit: 90%"), lines
     assert kernel.value("flag_probe") == "untouched"
+
+
+SHM_FILL = """\
+%%memwatch --guard 80% --shm-path {where} --interval 10000
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+written = []
+for i in range(20):
+    opt.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    with open(f"{where}/segment{{i}}", "wb") as segment:
+        segment.write(bytes(2**20))  # 1 MiB a step, no sleep: 16 steps to ENOSPC
+    written.append(i)
+"""
+
+
+@pytest.fixture()
+def tmpfs_16mib(tmp_path: Path) -> Iterator[Path]:
+    where = tmp_path / "shm"
+    where.mkdir()
+    mount = shutil.which("mount")
+    done = None if mount is None else subprocess.run(
+        [mount, "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], capture_output=True, text=True
+    )
+    if done is None or done.returncode != 0:
+        pytest.skip(f"mounting a 16 MiB tmpfs is not permitted here: {done.stderr.strip() if done else 'no mount command'}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def test_the_guard_stops_a_fill_faster_than_a_sampling_interval_at_a_step(kernel: Kernel, tmpfs_16mib: Path) -> None:
+    kernel.ok("import os, time; os.environ['TORCHMEM_MAGIC_RAM_LIMIT'] = str(2**40)")  # RAM far from its threshold
+    try:
+        execution = kernel.execute(SHM_FILL.format(where=tmpfs_16mib))
+        assert execution.status == "error"
+        error = execution.error
+        assert error is not None and error["ename"] == "MemoryGuardError", error
+        first = error["evalue"].splitlines()[0]
+        assert first.startswith("memwatch guard: /dev/shm at 12.0 MiB, 75% of its 16.0 MiB limit (its size) would pass 80%")
+        assert first.endswith("stopped before a DataLoader worker's bus error")
+        assert kernel.value("len(written)") == 12  # 12 MiB: the 13th segment would pass 12.8 MiB
+        assert shutil.disk_usage(tmpfs_16mib).used == 12 * MIB
+        assert kernel.value("torchmem_magic.last_report().steps") == 13
+    finally:
+        kernel.ok("os.environ.pop('TORCHMEM_MAGIC_RAM_LIMIT', None); written = None")

@@ -1,10 +1,12 @@
-"""The memory guard's pure parts: the trip decision on synthetic readings, the parsing of its share and
-of the RAM limit variable, its texts; and the step request that raises through the step hooks."""
+"""The memory guard's pure parts: the trip decision on synthetic readings (the sampler's rows and the
+sampled steps', and when the next check at a step comes), the parsing of its share and of the RAM limit
+variable, its texts; and the step request that raises through the step hooks."""
 
 from __future__ import annotations
 
 import math
 import pickle
+from typing import cast
 
 import numpy as np
 import pytest
@@ -13,15 +15,19 @@ import torchmem_magic
 from torchmem_magic.guard import (
     GuardTrip,
     Level,
+    MemoryGuard,
     MemoryGuardError,
     guard_advice,
     guard_message,
     guard_status,
     guard_trip,
+    steps_to_next_check,
 )
 from torchmem_magic.hooks import TrainingHooks
 from torchmem_magic.options import parse_guard
-from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE, memory_limit, parse_size
+from torchmem_magic.probes.accelerator import AcceleratorProbe
+from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE, MemoryLimit, memory_limit, parse_size
+from torchmem_magic.probes.shm import ShmProbe, ShmReading
 from torchmem_magic.widgets.live import _guard_lines
 from torchmem_magic.step_requests import StepRequests
 
@@ -232,3 +238,97 @@ def test_each_cuda_device_is_held_against_its_own_size() -> None:
     assert str(error).splitlines()[1] == "top holder so far: outputs +2.0 GiB/step, tensors"
     assert guard.check(row, session) is None  # asked once until it is raised
     assert guard.thresholds()[-1] == ("vram_reserved_bytes", 0.9 * 160 * GIB, "guard: 90% of VRAM limit")
+
+
+# ----------------------------------------------------------------------------- the checks at steps
+
+
+def shm(used_mib: float, per_step_mib: float | None = None, limit_mib: float = 16.0) -> Level:
+    per_step = None if per_step_mib is None else per_step_mib * MIB
+    return Level("/dev/shm", used_mib * MIB, limit_mib * MIB, "its size", per_step, per_step)
+
+
+def test_the_next_step_check_comes_before_the_growth_per_step_reaches_the_threshold() -> None:
+    assert steps_to_next_check([shm(2)], 0.8, stride_steps=40) == 40  # not growing: the stride
+    assert steps_to_next_check([shm(2, per_step_mib=0.0)], 0.8, stride_steps=40) == 40
+    assert steps_to_next_check([shm(2, per_step_mib=1)], 0.8, stride_steps=40) == 10  # 12 MiB then, 13 after
+    assert steps_to_next_check([shm(2, per_step_mib=0.25)], 0.8, stride_steps=40) == 40  # 43 steps to 12.8
+    assert steps_to_next_check([shm(12.2, per_step_mib=0.01)], 0.8, stride_steps=40) == 1  # within 5% of the size
+    assert steps_to_next_check([shm(12.2)], 0.8, stride_steps=40) == 1  # a jump there could pass it in a step
+    assert steps_to_next_check([shm(2, per_step_mib=100)], 0.8, stride_steps=40) == 1
+    assert steps_to_next_check([shm(2, per_step_mib=1), ram(100, per_s_mib=1)], 0.8, stride_steps=0) == 1
+    missing = Level("/dev/shm", math.nan, 16 * MIB, "its size", math.nan, math.nan)
+    assert steps_to_next_check([missing], 0.8, stride_steps=40) == 40
+
+
+class _FakeShm:
+    """The shared-memory filesystem as the step check reads it (`usage()`), filled by the test."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.used_bytes, self.total_bytes = 0, total_bytes
+
+    def usage(self) -> ShmReading:
+        return ShmReading(self.used_bytes, self.total_bytes)
+
+
+def _shm_guard(fake: _FakeShm) -> MemoryGuard:
+    """A guard of a 1 TiB RAM limit (far away), no device, and `fake` as /dev/shm, sampled every 10 s."""
+    return MemoryGuard(0.8, MemoryLimit(1 << 40, "system"), fake.total_bytes, AcceleratorProbe([]), interval_s=10.0,
+                       shm=cast(ShmProbe, fake))
+
+
+def _step_row(step: int) -> dict[str, float]:
+    """A step row as the training thread makes it: /dev/shm as the sampler last read it (empty)."""
+    return {"t_s": step * 0.001, "step": float(step), "ram_bytes": 300.0 * MIB, "shm_used_bytes": 0.0}
+
+
+def test_the_step_check_reads_shm_now_and_trips_at_the_last_step_under_the_threshold() -> None:
+    fake = _FakeShm(16 * MIB)
+    guard = _shm_guard(fake)
+    run = _FakeRun()
+    ahead = []
+    for step in range(1, 20):  # 1 MiB a step, a step a millisecond: far faster than the 10 s interval
+        run.steps = step
+        error = guard.check_step(_step_row(step), run, stride_steps=64)
+        if error is not None:
+            break
+        ahead.append(guard.next_check_steps)
+        fake.used_bytes += MIB
+    assert isinstance(error, MemoryGuardError) and error.trip is not None
+    assert fake.used_bytes == 12 * MIB and step == 13  # 13 MiB after one more step: over 12.8
+    assert error.trip.level.resource == "/dev/shm" and error.trip.projected
+    assert error.trip.horizon_s == pytest.approx(0.001) and error.trip.level.per_step_bytes == MIB
+    assert "/dev/shm at 12.0 MiB, 75% of its 16.0 MiB limit (its size) would pass 80%" in str(error)
+    assert "+1.0 MiB/step (+1000.0 MiB/s)" in str(error)
+    # the first check knows no growth (the stride); then the check comes before the 1 MiB steps reach 12.8 MiB
+    assert ahead == [64, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]
+    assert guard.check_step(_step_row(14), run, stride_steps=64) is None  # asked once
+
+
+def test_the_sampler_and_the_step_check_ask_for_one_error_between_them() -> None:
+    fake = _FakeShm(16 * MIB)
+    guard = _shm_guard(fake)
+    run = _FakeRun()
+    fake.used_bytes = 13 * MIB  # over 80% now, for both checks
+    from_sampler = guard.check({**_step_row(5), "shm_used_bytes": 13.0 * MIB}, run)
+    assert isinstance(from_sampler, MemoryGuardError)
+    assert guard.check_step(_step_row(5), run, stride_steps=1) is None
+    requests = StepRequests(on_error=lambda exc: None)
+    requests.raise_at_step(from_sampler)
+    with pytest.raises(MemoryGuardError) as caught:  # the session runs the requests after its step check
+        requests.run(5)
+    assert caught.value is from_sampler and not requests.pending
+    # raised, and the loop caught it and went on: the next trip asks again
+    again = guard.check_step(_step_row(6), run, stride_steps=1)
+    assert isinstance(again, MemoryGuardError) and again is not from_sampler and guard.trip is from_sampler.trip
+
+
+def test_a_better_clock_restarts_the_step_checks_growth() -> None:
+    fake = _FakeShm(16 * MIB)
+    guard = _shm_guard(fake)
+    run = _FakeRun()
+    assert guard.check_step(_step_row(40), run, stride_steps=8) is None  # forward calls
+    guard.restart_steps()  # optimizer steps from 1
+    fake.used_bytes = 2 * MIB
+    assert guard.check_step(_step_row(41), run, stride_steps=8) is None
+    assert guard.next_check_steps == 8  # no growth known across the clocks
