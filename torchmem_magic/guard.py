@@ -40,6 +40,9 @@ RECENT_ROWS = 3  # ... or over the last rows (two intervals), whichever is faste
 #: within this share of its limit below the threshold, a resource is checked at every step: a jump there
 #: (a batch of segments, a burst of allocations) could pass the threshold in one step
 NEAR_MARGIN = 0.05
+#: a rate is projected at most this many times as far ahead as the stretch it was measured over: two
+#: readings a few milliseconds apart while torch allocates at start-up say nothing of the next 10 s
+MAX_EXTRAPOLATION = 4.0
 
 
 class Watching(Protocol):
@@ -192,25 +195,25 @@ class MemoryGuard:
             self._error = MemoryGuardError(guard_message(trip, run.clock, _top_holder(run)), trip)
             return self._error
 
-    def _growth(self, resource: str) -> tuple[float | None, float | None]:
-        """(bytes per second, bytes per step) over the last rows; None where unknown. The faster of the
-        last second's robust slope and the last RECENT_ROWS' slope: a leak that just began (or sped up)
-        is judged at its rate now, not diluted by the flat stretch before it."""
+    def _growth(self, resource: str) -> tuple[float | None, float | None, float | None]:
+        """(bytes per second, bytes per step, seconds measured over) over the last rows; None where
+        unknown. The faster of the last second's robust slope and the last RECENT_ROWS' slope: a leak
+        that just began (or sped up) is judged at its rate now, not diluted by the flat stretch before it."""
         rows = [(t, s, used[resource]) for t, s, used in self._rows if resource in used and not math.isnan(used[resource])]
         if len(rows) < 2:
-            return None, None
+            return None, None, None
         recent = rows[-RECENT_ROWS:]
         span_s = recent[-1][0] - recent[0][0]
-        rates = [robust_slope([t for t, _, _ in rows], [v for _, _, v in rows]),
-                 (recent[-1][2] - recent[0][2]) / span_s if span_s > 0 else None]
-        per_s = max((r for r in rates if r is not None), default=None)
+        rates = [(robust_slope([t for t, _, _ in rows], [v for _, _, v in rows]), rows[-1][0] - rows[0][0]),
+                 ((recent[-1][2] - recent[0][2]) / span_s if span_s > 0 else None, span_s)]
+        per_s, measured_s = max(((r, m) for r, m in rates if r is not None), default=(None, None))
         if per_s is None:
-            return None, None
+            return None, None, None
         for stretch in (recent, rows):  # seconds a step takes, lately if steps were made lately
             steps = stretch[-1][1] - stretch[0][1]
             if steps > 0:
-                return per_s, per_s * (stretch[-1][0] - stretch[0][0]) / steps
-        return per_s, None
+                return per_s, per_s * (stretch[-1][0] - stretch[0][0]) / steps, measured_s
+        return per_s, None, measured_s
 
     def _horizon_s(self) -> float:
         """Until the guard can next stop the loop: the next check, then up to one step. The next check
@@ -265,14 +268,15 @@ def _step_s(previous: tuple[float, float, dict[str, float]] | None, t_s: float, 
 def _step_growth(
     previous: tuple[float, float, dict[str, float]] | None, step_s: float | None, step: float, resource: str,
     used_bytes: float,
-) -> tuple[float | None, float | None]:
-    """(bytes per second, bytes per step) of `resource` since the last step check, `step_s` a step
-    ago on average; None where unknown."""
+) -> tuple[float | None, float | None, float | None]:
+    """(bytes per second, bytes per step, seconds measured over) of `resource` since the last step check,
+    `step_s` a step ago on average; None where unknown."""
     before_bytes = math.nan if previous is None else previous[2].get(resource, math.nan)
     if previous is None or step_s is None or math.isnan(before_bytes) or math.isnan(used_bytes):
-        return None, None
-    per_step = (used_bytes - before_bytes) / (step - previous[1])
-    return per_step / step_s, per_step
+        return None, None, None
+    steps = step - previous[1]
+    per_step = (used_bytes - before_bytes) / steps
+    return per_step / step_s, per_step, steps * step_s
 
 
 def _top_holder(run: Watching) -> str | None:
@@ -301,6 +305,7 @@ class Level:
     limit_source: str  # "cgroup v2", "system", "TORCHMEM_MAGIC_RAM_LIMIT", "its size", ...
     per_s_bytes: float | None = None  # growth over the last second; None: unknown
     per_step_bytes: float | None = None
+    rate_span_s: float | None = None  # the stretch of time the rate was measured over; None: unknown
 
     @property
     def share(self) -> float:
@@ -339,7 +344,8 @@ def guard_trip(levels: Sequence[Level], share: float, horizon_s: float) -> Guard
         return None
 
     def projected_share(level: Level) -> float:
-        return (level.used_bytes + (level.per_s_bytes or 0.0) * horizon_s) / level.limit_bytes
+        ahead_s = horizon_s if level.rate_span_s is None else min(horizon_s, MAX_EXTRAPOLATION * level.rate_span_s)
+        return (level.used_bytes + (level.per_s_bytes or 0.0) * ahead_s) / level.limit_bytes
 
     soon = [lv for lv in judged if lv.per_s_bytes is not None and lv.per_s_bytes > 0 and projected_share(lv) >= share]
     if soon:

@@ -240,6 +240,23 @@ def test_each_cuda_device_is_held_against_its_own_size() -> None:
     assert guard.thresholds()[-1] == ("vram_reserved_bytes", 0.9 * 160 * GIB, "guard: 90% of VRAM limit")
 
 
+def test_a_rise_over_a_few_milliseconds_is_not_projected_over_a_long_interval() -> None:
+    """At start-up torch allocates between the first two rows a few ms apart: 60 MiB in 5 ms is 12 GiB/s,
+    which over a 10 s sampling interval would pass 90% of 64 GiB from 1.2%. A rate is projected at most a
+    few times as far as it was measured; the same rise measured over seconds still trips."""
+    from torchmem_magic.guard import MemoryGuard
+
+    def first_two_rows(gap_s: float) -> MemoryGuardError | None:
+        guard = MemoryGuard(0.9, MemoryLimit(64 * GIB, "system"), None, AcceleratorProbe(), interval_s=10.0)
+        run = _FakeRun()
+        guard.check({"t_s": 0.0, "step": 0.0, "ram_bytes": 0.8 * GIB}, run)
+        return guard.check({"t_s": gap_s, "step": 0.0, "ram_bytes": 0.8 * GIB + 60 * MIB * gap_s / 0.005}, run)
+
+    assert first_two_rows(0.005) is None
+    over_a_second = first_two_rows(1.0)  # 12 GiB in 1 s: projected 4 s ahead, past 90%
+    assert over_a_second is not None and over_a_second.trip is not None and over_a_second.trip.projected
+
+
 # ----------------------------------------------------------------------------- the checks at steps
 
 
