@@ -8,7 +8,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Protocol
 
 from .model import Clock, DeviceMemory, LiveStatus, Suspect
-from .report import LIVE_VERDICT_STEPS, diagnose, live_status, short_verdict
+from .report import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose, live_status, short_verdict
 from .verdict import Diagnosis
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ LIVE_SECONDS_GRACE_S = 10.0
 
 class Listener(Protocol):
     """Receives live updates. `on_tick` runs on the sampler thread only (one writer);
-    `on_finish` runs on the caller's thread after the sampler has stopped."""
+    `on_finish` runs on the caller's thread after the sampler has stopped. A listener may also set
+    `tick_max_period_s`: it is called at least that often, whatever its calls cost."""
 
     tick_period_s: float
     tick_cpu_share: float | None  # None: every tick_period_s; else as rarely as keeps on_tick under this share
@@ -188,7 +189,7 @@ class LiveView:
                 self.timeline, self.steps, self.elapsed_s, float(self._probes.limit.limit_bytes),
                 first_pass_batches=self._steps.first_pass_batches, max_points=64,
                 clock=self.clock, loader=self.training_loader() if loader is None else loader,
-                worker_count=max(1, self._probes.tree.workers),
+                worker_count=max(1, self._probes.tree.workers), max_rows=LIVE_VERDICT_ROWS,
             )
             self._live = (now, diagnosis)
         return self._live[1]

@@ -38,6 +38,9 @@ from .timeline import NAN, DecimatingSeries, Timeline
 from .verdict import Diagnosis, Series, decide
 
 LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
+#: rows of each series the live verdict judges at most (thinned evenly from the timeline's): recomputed
+#: every second on the sampler thread, its cost must not grow with the run; the final report reads them all
+LIVE_VERDICT_ROWS = 160
 #: the step-aligned column each resource that can leak has its "growth per step" measured on
 RATE_COLUMNS = {r.key: r.column for r in resources.RESOURCES if r.leak_rank is not None}
 
@@ -134,12 +137,16 @@ def diagnose(
     clock: Clock = "optimizer",
     loader: int | None = None,
     worker_count: int = 1,
+    max_rows: int | None = None,
 ) -> Diagnosis:
     """The leak detector over every resource the run measured, against the steps of `clock`
-    (the step-aligned series), or against seconds when the loop had no step clock at all."""
+    (the step-aligned series), or against seconds when the loop had no step clock at all.
+
+    `max_rows`: judge at most this many rows of the series, thinned evenly (None: all of them); the
+    live verdict's cost then stays the same however full the timeline is."""
     source, x_name = (timeline.by_time, "t_s") if clock == "time" else (timeline.by_step, "step")
     judged = [r for r in resources.RESOURCES if r.judged]
-    columns = source.columns(x_name, *(r.column for r in judged))
+    columns = source.columns(x_name, *(r.column for r in judged), at_most=max_rows)
     step_x = columns[x_name]
     limits = {"ram": ram_limit_bytes, "device": vram_limit_bytes, "shm": shm_limit_bytes}
     heap, ram = columns[HEAP.column], columns[RAM.column]

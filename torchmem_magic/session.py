@@ -256,6 +256,8 @@ class MemwatchSession:
                 on_tick=self._on_sampler_tick if listener is not None else None,
                 tick_period_s=getattr(listener, "tick_period_s", 0.5),
                 on_tick_share=getattr(listener, "tick_cpu_share", None),
+                tick_max_period_s=getattr(listener, "tick_max_period_s", None),
+                clock=self.runtime.clock, cpu_clock=self._cpu_clock,
             )
             self._sampler.start()
             self.requests.start()

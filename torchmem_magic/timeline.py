@@ -52,6 +52,21 @@ def _merge(a: Sequence[float], b: Sequence[float]) -> list[float]:
     return [x if is_x else _nanmax(x, y) for x, y, is_x in zip(a, b, _IS_X)]
 
 
+def thinned(values: array[float], at_most: int) -> array[float]:
+    """Every k-th value, k the smallest stride that keeps at most `at_most` of them, the last one
+    always kept (a jump at the last reading must still show); unchanged when short enough."""
+    if at_most < 2:
+        raise ValueError(f"at_most must be at least 2, got {at_most}")
+    n = len(values)
+    if n <= at_most:
+        return values
+    stride = -(-(n - 1) // (at_most - 1))  # ceil: (at_most - 1) strides span the n - 1 gaps
+    out = values[::stride]
+    if (n - 1) % stride:
+        out.append(values[-1])
+    return out
+
+
 class DecimatingSeries:
     """Thread-safe bounded columnar store of rows (one writer, any readers)."""
 
@@ -112,14 +127,19 @@ class DecimatingSeries:
                 out.append(self._pending[j])
         return out
 
-    def columns(self, *names: str) -> dict[str, array[float]]:
-        """Consistent copies of several columns taken under one lock."""
+    def columns(self, *names: str, at_most: int | None = None) -> dict[str, array[float]]:
+        """Consistent copies of several columns taken under one lock.
+
+        `at_most`: thin the rows evenly by index to at most this many, the first and the last kept
+        (see `thinned`), so that what reads them costs the same however long the run."""
         idx = [column_index(n) for n in names]
         with self._lock:
             out = {n: array("d", self._columns[j]) for n, j in zip(names, idx)}
             if self._pending is not None:
                 for n, j in zip(names, idx):
                     out[n].append(self._pending[j])
+        if at_most is not None:
+            out = {n: thinned(column, at_most) for n, column in out.items()}
         return out
 
     def max(self, name: str) -> float:

@@ -23,6 +23,7 @@ The maths on one series (robust slopes, noise, jumps, the warm-up, a release at 
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Sequence
@@ -48,6 +49,8 @@ MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
 MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
 Z_LEAK = 5.0  # slope / its standard error for "leak"
 Z_SUSPECT = 3.0
+#: a staircase's epochs are flat inside: their own steps grow less than this share of the net growth
+WITHIN_EPOCH_SHARE = 0.3
 #: a forked worker copies pages of the parent's heap as refcounts and the collector first touch them, a
 #: rise at its start that stops once touched (~11 MiB each measured in a kernel); workers' growth below
 #: this much per worker is that first touch, not a dataset copied
@@ -117,6 +120,33 @@ def _clean(series: Series) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
+def _crossing_epochs(xs: Sequence[float], epoch_steps: Sequence[float]) -> set[int]:
+    """Indices i whose interval (xs[i-1], xs[i]] holds an epoch's start. A binary search per interval:
+    a long run has thousands of epochs, and trying each against each interval costs their product."""
+    starts = sorted(epoch_steps)
+    out = set()
+    for i in range(1, len(xs)):
+        first_after = bisect.bisect_right(starts, xs[i - 1])  # the first start past the interval's left end
+        if first_after < len(starts) and starts[first_after] <= xs[i]:
+            out.add(i)
+    return out
+
+
+def _flat_within_epochs(xs: Sequence[float], ys: Sequence[float], boundary: set[int], net: float) -> bool:
+    """Whether the intervals inside an epoch are flat: their growth, and their growth per step carried
+    over the whole run, each under WITHIN_EPOCH_SHARE of the net growth.
+
+    Per step, because with samples further apart than an epoch nearly every interval holds an epoch's
+    start: a steady leak then grows mostly across the starts, and only the few intervals left inside
+    an epoch (none at all, when none is) still tell that it grows there at the same rate."""
+    within = [i for i in range(1, len(ys)) if i not in boundary]
+    growth = sum(ys[i] - ys[i - 1] for i in within)
+    within_steps = sum(xs[i] - xs[i - 1] for i in within)
+    if abs(growth) >= WITHIN_EPOCH_SHARE * net or within_steps <= 0:
+        return False
+    return abs(growth) / within_steps * (xs[-1] - xs[0]) < WITHIN_EPOCH_SHARE * net
+
+
 def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200) -> ResourceFinding:
     """The verdict for one resource (`max_points` bounds the Theil–Sen cost: ~n²/2 slopes)."""
     xs, ys = _clean(series)
@@ -139,7 +169,7 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
     big_enough = total > max(MIN_TOTAL_BYTES, 6 * max(noise, residual_scale))
     jumps = persistent_jumps(xs, ys, noise, rate)
     jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
-    boundary = {i for i in range(1, len(xs)) if any(xs[i - 1] < e <= xs[i] for e in epoch_steps)}
+    boundary = _crossing_epochs(xs, epoch_steps)
     boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
     net = ys[-1] - ys[0]
 
@@ -155,8 +185,7 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
         )
 
     if net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net:
-        within = [ys[i] - ys[i - 1] for i in range(1, len(ys)) if i not in boundary]
-        if abs(sum(within)) < 0.3 * net:
+        if _flat_within_epochs(xs, ys, boundary, net):
             starts = sorted({e for e in epoch_steps if xs[0] <= e <= xs[-1]})  # train + val loaders: one start
             epoch_length = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else xs[-1] - xs[0]
             per_epoch = boundary_growth / len(boundary)
@@ -191,11 +220,15 @@ def _workers_growth(series: Series, epoch_steps: Sequence[float] = ()) -> float:
         return 0.0
     bounds = [e for e in sorted(epoch_steps) if xs[0] < e <= xs[-1]]
     edges = [xs[0], *bounds, math.inf]
-    growths = []
-    for lo, hi in zip(edges, edges[1:]):
-        inside = [y for x, y in zip(xs, ys) if lo <= x < hi]
-        if inside:
-            growths.append(inside[-1] - inside[0])
+    # each reading goes to its epoch by a binary search: a long run has thousands of epochs
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for x, y in zip(xs, ys):
+        epoch = bisect.bisect_right(edges, x) - 1  # the epoch of edges[epoch] <= x < edges[epoch + 1]
+        if epoch >= 0:  # before the first reading's step: in no epoch
+            first.setdefault(epoch, y)
+            last[epoch] = y
+    growths = [last[epoch] - first[epoch] for epoch in sorted(first)]
     return max(growths, default=ys[-1] - ys[0])
 
 

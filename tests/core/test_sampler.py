@@ -32,3 +32,24 @@ def test_a_cheap_listener_runs_at_its_period_and_a_costly_one_is_spaced_to_its_s
     assert costly_calls <= 2 and samples >= 50  # the readings themselves keep their rate
     fixed_calls, _ = _run_for(1.0, 0.004, share=None)  # a rank's stream keeps its period whatever it costs
     assert fixed_calls >= 20
+
+
+def test_a_costly_listener_at_a_long_interval_still_ticks_every_max_period() -> None:
+    # fake clocks, the loop driven by hand: a 10 s interval, a tick that costs 50 ms of CPU (its 0.4% share
+    # alone would space the ticks 12.5 s apart) and a ceiling of 2 s between two ticks
+    now, cpu = [0.0], [0.0]
+    ticks: list[float] = []
+
+    def on_tick() -> None:
+        ticks.append(now[0])
+        cpu[0] += 0.05
+
+    sampler = Sampler(lambda: {"t_s": now[0]}, DecimatingSeries(1000), 10.0, on_tick=on_tick, tick_period_s=0.25,
+                      on_tick_share=0.004, clock=lambda: now[0], tick_max_period_s=2.0, cpu_clock=lambda: cpu[0])
+    sampler.begin()
+    while now[0] < 60.0:
+        now[0] += sampler.run_once()
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert sampler.samples == 6  # at 0, 10, ..., 50 s: the readings keep their interval
+    assert len(ticks) >= 29 and max(gaps) <= 2.0 + 1e-9, gaps
+    assert sampler.tick_period_s(0.05) == 2.0 and sampler.tick_period_s(0.0) == 0.25

@@ -80,3 +80,17 @@ def test_epoch_markers_bounded() -> None:
     assert tl.epoch_count(1) == tl.epoch_count(2) == Timeline.MAX_EPOCH_MARKERS // 2 + 5
     assert len(tl.epochs) == Timeline.MAX_EPOCH_MARKERS
     assert [m.step_of("batch") for m in tl.epochs_of(2)[:2]] == [2, 6] and tl.epochs[3].step_of("time") == 0
+
+
+def test_thinned_columns_keep_at_most_the_bound_with_the_first_and_last_rows() -> None:
+    s = DecimatingSeries(capacity=2000)
+    for i in range(1999):
+        s.append(row(float(i), step=float(i)))
+    for at_most in (2, 3, 160, 1998):
+        steps = s.columns("step", "t_s", at_most=at_most)["step"]
+        assert len(steps) <= at_most and steps[0] == 0.0 and steps[-1] == 1998.0
+        gaps = {b - a for a, b in zip(steps, steps[1:])}
+        assert len(gaps) <= 2  # even strides (the last one shorter)
+    assert list(s.columns("step", at_most=2000)["step"]) == list(s.column("step"))  # short enough: untouched
+    with pytest.raises(ValueError, match="at least 2"):
+        s.columns("step", at_most=1)

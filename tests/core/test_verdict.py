@@ -329,3 +329,23 @@ def test_a_cycle_sampled_at_every_step_at_first_and_thinly_later_is_clean() -> N
     leaking = analyse(Series("heap", xs, [113 * MIB + x * fill for x in xs], 16 * 1024 * MIB))
     assert (leaking.verdict, leaking.leak_kind) == ("leak", "per-iteration")
     assert leaking.per_step_bytes == pytest.approx(fill, rel=0.01)
+
+
+def test_a_steady_leak_sampled_further_apart_than_its_epochs_is_per_iteration_not_per_epoch() -> None:
+    # every interval of 100 steps holds an epoch's start (epochs of 60 steps): the growth is all "across
+    # epochs", yet the few intervals inside an epoch grow at the same rate: no staircase
+    rng = random.Random(8)
+    steps = [1.0 + 100 * i for i in range(150)] + [15_000.0 + 30 * i for i in range(1, 20)]
+    values = [BASE + 64 * 1024 * x + rng.gauss(0, 64 * 1024) for x in steps]
+    epochs = [1.0 + 60 * k for k in range(1, 270)]
+    f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), epoch_steps=epochs)
+    assert (f.verdict, f.leak_kind) == ("leak", "per-iteration")
+    assert f.per_step_bytes == pytest.approx(64 * 1024, rel=0.05)
+
+
+def test_a_staircase_sampled_every_fifth_step_is_still_per_epoch() -> None:
+    rng = random.Random(9)
+    steps = [float(s) for s in range(1, 241, 5)]
+    values = [BASE + ((int(x) - 1) // 30) * 40 * MIB + rng.gauss(0, 64 * 1024) for x in steps]
+    f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), epoch_steps=[1.0 + 30 * k for k in range(8)])
+    assert (f.verdict, f.leak_kind) == ("leak", "per-epoch")

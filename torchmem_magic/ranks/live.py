@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..holders import holder_trend, top_holder, top_trend
 from ..model import Clock, RankSummary, VerdictName
-from ..report import LIVE_VERDICT_STEPS, diagnose
+from ..report import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose
 from ..resources import RAM, VRAM
 from ..units import format_bytes, rate_unit
 from .feed import RankFeed, rank_numbers
@@ -82,7 +82,7 @@ def judge_rank(feed: RankFeed, rank: int) -> RankLive:
     if enough >= LIVE_VERDICT_STEPS:
         diagnosis = diagnose(
             feed.timeline, feed.steps, feed.elapsed_s, float(feed.ram_limit_bytes),
-            max_points=LIVE_MAX_POINTS, clock=clock,
+            max_points=LIVE_MAX_POINTS, clock=clock, max_rows=LIVE_VERDICT_ROWS,
         )
         verdict, resource = diagnosis.verdict, diagnosis.resource
         rate = diagnosis.per_step_bytes if diagnosis.verdict in ("leak", "suspect") else None

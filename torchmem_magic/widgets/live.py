@@ -106,6 +106,7 @@ class LiveFigure:
 
     tick_period_s = 0.25  # at most 4 updates a second ...
     tick_cpu_share: float | None = 0.004  # ... and fewer when a redraw costs more than 0.4% of the time between two
+    tick_max_period_s = 2.0  # ... but at least one every 2 s: a figure that stops moving looks like a hung cell
 
     def __init__(self, title: str = "memwatch") -> None:
         self._view: LiveView | None = None  # the last run drawn (the x-axis toggle redraws it)
