@@ -16,6 +16,7 @@ import sys
 import types
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
+from itertools import chain
 from typing import Any
 
 from .results import FunctionSlot
@@ -231,6 +232,30 @@ def plain_data_containers(obj: Any, cls: type) -> int:
                 return 0
             containers += 1
     return containers
+
+
+_FLAT_RECORD_TYPES = frozenset({dict, list, tuple})
+
+
+def flat_records_in_bulk(items: list[Any]) -> int | None:
+    """How many containers `items` holds when it is all atomic values, or all exact dicts (atomic keys
+    and values), or all exact lists, or all exact tuples of atomic values: a dataset's records. None
+    when it holds anything else (each item is then looked at on its own, `plain_data_containers`).
+
+    The whole check runs at C level, ~50 ns an item against ~0.8 µs for one record looked at on its
+    own: a namespace's half million records are what made the first scan of a notebook cost a second.
+    Only exact builtins are iterated, so no user code runs."""
+    item_types = set(map(type, items))
+    if item_types <= ATOMIC_EXACT:
+        return 0
+    if len(item_types) != 1 or not item_types <= _FLAT_RECORD_TYPES:
+        return None  # mixed, nested or other objects: item by item
+    if item_types == {dict}:
+        keys_plain = ATOMIC_EXACT.issuperset(map(type, chain.from_iterable(items)))
+        values = chain.from_iterable(map(dict.values, items))
+    else:
+        keys_plain, values = True, chain.from_iterable(items)
+    return len(items) if keys_plain and ATOMIC_EXACT.issuperset(map(type, values)) else None
 
 
 def children(obj: Any, category: str) -> Iterator[Child]:

@@ -34,6 +34,7 @@ from .introspect import (
     TypeCategories,
     children,
     class_containers,
+    flat_records_in_bulk,
     is_user_class,
     plain_data_containers,
     tensor_storage,
@@ -45,6 +46,10 @@ from .results import MAX_PLACES, NODE_BYTES, Budget, FunctionSlot, Root, RootSta
 
 # A tensor reachable from several names is counted for the first: user names before IPython's caches.
 _KIND_ORDER = {"user": 0, "output-cache": 1, "traceback": 2}
+#: a container's items are checked in bulk from this many on, in chunks of BULK_CHUNK (each chunk a
+#: list of references, a quarter of a MiB: the time budget is checked between two)
+BULK_MIN_ITEMS = 64
+BULK_CHUNK = 1 << 15
 _LAST_ITEM = re.compile(r"(\[[^\[\]]*\]|\{…\}|\.keys\(\)\[[^\[\]]*\])$")  # `[3]`, `['val']`, a set's `{…}`
 
 
@@ -191,16 +196,22 @@ class Scanner:
         category_of = self._categories.of
         visited = self._visited
         cls = type(obj)
-        plain_objects = skipped = 0
+        plain_objects = start = 0
         memo = self._plain_lists if cls is list and len(obj) >= MIN_ITEMS else None
         if memo is not None:
-            skipped, plain_objects = memo.known_prefix(obj, self._still_plain)
-        if skipped:
-            items: Any = zip(islice(obj, skipped, None), repeat(INDEX), count(skipped))
-        elif cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
-            items = zip(obj, repeat(INDEX), count())
+            start, plain_objects = memo.known_prefix(obj, self._still_plain)
+        if cls is list or cls is tuple or cls is dict:
+            start, in_bulk = self._plain_in_bulk(obj, cls, start)
+            plain_objects += in_bulk
+            if start < len(obj) and time.perf_counter() > self._deadline:
+                stats.truncated = self.truncated = True
+                self.plain_objects += plain_objects
+                stats.plain_objects += plain_objects
+                return out
+        if cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
+            items: Any = zip(islice(obj, start, None), repeat(INDEX), count(start)) if start else zip(obj, repeat(INDEX), count())
         elif cls is dict:
-            items = zip(obj.values(), repeat(KEY), obj.keys())
+            items = zip(islice(obj.values(), start, None), repeat(KEY), islice(obj.keys(), start, None))
             if not ATOMIC_EXACT.issuperset(map(type, obj)):
                 for key in obj:
                     if type(key) not in ATOMIC_EXACT and id(key) not in visited:  # e.g. optimizer state
@@ -242,6 +253,27 @@ class Scanner:
         self.plain_objects += plain_objects  # cheap: not held against the object budget
         stats.plain_objects += plain_objects
         return out
+
+    def _plain_in_bulk(self, obj: Any, cls: type, start: int) -> tuple[int, int]:
+        """(where the item-by-item check resumes, plain containers before it): a long exact list, tuple
+        or dict's items from `start` are checked in chunks at C level while each chunk is flat records
+        (`flat_records_in_bulk`); the first chunk holding anything else, and the rest, are checked item
+        by item. Stops early once the scan's time is up (the caller reports it)."""
+        length = len(obj)
+        if length - start < BULK_MIN_ITEMS:
+            return start, 0
+        values = islice(obj.values(), start, None) if cls is dict else None
+        plain = 0
+        while start < length:
+            chunk = list(islice(values, BULK_CHUNK)) if values is not None else obj[start : start + BULK_CHUNK]
+            found = flat_records_in_bulk(chunk)
+            if found is None:
+                break
+            plain += found
+            start += len(chunk)
+            if time.perf_counter() > self._deadline:
+                break
+        return start, plain
 
     def _still_plain(self, item: Any) -> bool:
         """Whether an item of a list checked before is still atomic or plain data (a spot check)."""
