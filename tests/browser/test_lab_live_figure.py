@@ -31,6 +31,18 @@ POINTS_JS = """() => {
   const path = document.querySelector('.jp-Notebook .bqplot.figure svg path.line');
   return path ? (path.getAttribute('d') || '').split('L').length : 0;
 }"""
+# each strip's drawn curve: the vertical extent of its path's points and the plot area's height, in px
+STRIP_FILL_JS = """(caption) => {
+  const figure = Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure'))
+    .find(f => ((f.querySelector('text.mainheading') || {}).textContent || '').startsWith(caption));
+  const path = figure && figure.querySelector('svg path.line');
+  const plot = figure && figure.querySelector('svg rect.plotarea_background');
+  if (!path || !plot) return null;
+  const ys = (path.getAttribute('d') || '').split(/[ML]/).filter(p => p.includes(','))
+    .map(p => parseFloat(p.split(',')[1])).filter(Number.isFinite);
+  return {points: ys.length, extent_px: Math.max(...ys) - Math.min(...ys), height_px: parseFloat(plot.getAttribute('height'))};
+}"""
+FIGURES_TEXT_JS = "() => Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure')).map(f => f.textContent).join(' | ')"
 PROMPTS_JS = "() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')).map(e => e.textContent.trim())"
 KERNEL_IDLE_JS = """() => {
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
@@ -47,6 +59,16 @@ def _wait(page: Any, js: str, timeout_s: float = 90.0) -> Any:
             return value
         time.sleep(0.2)
     raise TimeoutError(js)
+
+
+def drawn_fill(page: Any, caption: str) -> dict[str, float]:
+    """The drawn curve of the strip captioned `caption`: waited for, as a strip that appears mid-run
+    (another resource's first reading) re-lays out the others for a moment."""
+    try:
+        fill: dict[str, float] = _wait(page, f"() => {{ const f = ({STRIP_FILL_JS})({caption!r}); return f && f.points > 2 ? f : null; }}", 20)
+    except TimeoutError:
+        raise AssertionError(f"no curve drawn in the strip {caption!r}: {page.evaluate(FIGURES_TEXT_JS)}") from None
+    return fill
 
 
 def write_notebook(lab: Lab, name: str, cells: list[Any]) -> None:
@@ -91,6 +113,11 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     training_cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
     training_cell.scroll_into_view_if_needed()
     training_cell.screenshot(path=str(screenshot_path("live_cell.png", "live_figure.png")))
+    # a leak is a slope that fills its strip, each curve on its own y axis: drawn from zero, 2 MiB a step on a
+    # heap of ~100 MiB under RAM of ~300 MiB was a line climbing a fifth of the plot
+    for caption in ("RAM (process tree)", "heap in use"):
+        fill = drawn_fill(page, caption)
+        assert fill["extent_px"] > 0.5 * fill["height_px"], (caption, fill)
 
     # a click while the cell is busy acts at the next optimizer step (JupyterLab routes it to a subshell)
     page.click(".jp-Notebook button:has-text('gc + empty_cache')")
@@ -105,8 +132,11 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     suspects = page.inner_text(".torchmem-suspects")
     assert "What keeps memory alive" in suspects and "kept" in suspects and "tensor-cache" in suspects
     assert "collections.deque(maxlen=100)" in suspects
-    legend = page.inner_text(".jp-Notebook .bqplot.figure")
-    assert "RAM (process tree)" in legend and "heap in use" in legend
+    captions = page.evaluate(FIGURES_TEXT_JS)
+    assert "RAM (process tree)" in captions and "heap in use" in captions
+    for caption in ("RAM (process tree)", "heap in use"):  # the whole run: 96 MiB kept, still filling the strip
+        fill = drawn_fill(page, caption)
+        assert fill["extent_px"] > 0.5 * fill["height_px"], (caption, fill)
     assert "48" in page.inner_text(".jp-Notebook .jp-OutputArea-executeResult")
     page.screenshot(path=str(ARTIFACTS / "live_done.png"), full_page=True)
     page.locator(".torchmem-report").scroll_into_view_if_needed()

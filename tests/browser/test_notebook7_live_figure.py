@@ -112,7 +112,7 @@ def test_notebook7_curves_grow_while_busy_then_the_report_renders(notebook7: Lab
     assert "memwatch: ok · 40 steps · 5 epochs" in report and "heap in use" in report
     suspects = page.inner_text(".torchmem-suspects")
     assert "kept" in suspects and "tensor-cache" in suspects
-    legend = page.inner_text(".jp-Notebook .bqplot.figure")
-    assert "RAM (process tree)" in legend and "heap in use" in legend
+    captions = " | ".join(page.locator(".jp-Notebook .bqplot.figure").all_inner_texts())  # one strip per resource
+    assert "RAM (process tree)" in captions and "heap in use" in captions
     assert "40" in page.inner_text(".jp-Notebook .jp-OutputArea-executeResult")
     page.screenshot(path=str(ARTIFACTS / "notebook7_done.png"), full_page=True)

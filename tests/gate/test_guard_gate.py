@@ -137,10 +137,11 @@ def test_the_live_figure_draws_the_threshold_and_the_status_line_warns(monkeypat
             optimizer.step()
             time.sleep(0.02)
     assert session.report is not None and session.report.status == "ok"
-    assert figure.guard_lines.visible, (session.guard.levels if session.guard else None, figure.status.value)
-    assert list(figure.guard_lines.labels) == ["guard: 90% of RAM limit"]
+    ram = figure.strips["ram_bytes"]
+    assert ram.guard_lines.visible, (session.guard.levels if session.guard else None, figure.status.value)
+    assert list(ram.guard_lines.labels) == ["guard: 90% of RAM limit"]
     threshold_mib = 0.9 * session.view.ram_limit.limit_bytes / MIB
-    assert np.allclose(figure.guard_lines.y, threshold_mib) and figure.y_scale.max > threshold_mib
+    assert np.allclose(ram.guard_lines.y, threshold_mib) and ram.y_scale.max > threshold_mib
     status = figure.status.value.replace("&nbsp;", " ")
     assert re.search(r" · guard: RAM (5|6|7)\d% of \d+\.\d [MG]iB( ·|, 90% in ~)", status), status
 
@@ -148,4 +149,5 @@ def test_the_live_figure_draws_the_threshold_and_the_status_line_warns(monkeypat
     figure = LiveFigure()
     with MemwatchSession(SessionOptions(10, guard=0.9), listener=figure):
         time.sleep(0.4)
-    assert not figure.guard_lines.visible
+    assert not figure.strips["ram_bytes"].guard_lines.visible
+    assert "guard: 90% of RAM limit at " in figure.strips["ram_bytes"].figure.title  # where it is, above the plot

@@ -8,6 +8,7 @@ import math
 import pickle
 from typing import cast
 
+import bqplot
 import numpy as np
 import pytest
 
@@ -28,7 +29,7 @@ from torchmem_magic.options import parse_guard
 from torchmem_magic.probes.accelerator import AcceleratorProbe
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE, MemoryLimit, memory_limit, parse_size
 from torchmem_magic.probes.shm import ShmProbe, ShmReading
-from torchmem_magic.widgets.live import _guard_lines
+from torchmem_magic.widgets.curve_strip import CurveStrip, StripCurve, Threshold
 from torchmem_magic.step_requests import StepRequests
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -177,11 +178,16 @@ def test_a_requested_raise_goes_through_the_step_hooks_into_the_loop() -> None:
 
 
 def test_the_figure_draws_a_threshold_once_its_curve_reaches_half_of_it() -> None:
-    columns = {"ram_bytes": np.array([100.0, 300.0]) * MIB, "shm_used_bytes": np.array([math.nan, math.nan])}
-    thresholds = [("ram_bytes", 900.0 * MIB, "guard: 90% of RAM limit"), ("shm_used_bytes", 57.6 * MIB, "guard")]
-    assert _guard_lines(thresholds, columns) == []  # 300 of 900 MiB: the line would squash the curve
-    columns["ram_bytes"] = np.array([100.0, 450.0]) * MIB
-    assert _guard_lines(thresholds, columns) == [(900.0 * MIB, "guard: 90% of RAM limit", "#1f77b4")]
+    strip = CurveStrip(bqplot.LinearScale(), bqplot.LinearScale(), bqplot.Lines())
+    x = np.array([0.0, 1.0])
+    guard = Threshold(900.0 * MIB, "guard: 90% of RAM limit", "#1f77b4")
+    strip.draw(x, [StripCurve("RAM (process tree)", "#1f77b4", np.array([100.0, 300.0]) * MIB)], [guard], [])
+    assert not strip.guard_lines.visible and strip.y_scale.max < 900  # 300 of 900 MiB: the line would squash the curve
+    assert strip.figure.title == "RAM (process tree) · guard: 90% of RAM limit at 900.0 MiB, above"
+    strip.draw(x, [StripCurve("RAM (process tree)", "#1f77b4", np.array([100.0, 450.0]) * MIB)], [guard], [])
+    assert strip.guard_lines.visible and list(strip.guard_lines.labels) == ["guard: 90% of RAM limit"]
+    assert np.allclose(strip.guard_lines.y, 900.0) and strip.y_scale.max > 900
+    assert strip.figure.title == "RAM (process tree) · guard: 90% of RAM limit (dashed)"
 
 
 # ----------------------------------------------------------------------------- the wiring, with a fake CUDA

@@ -1,6 +1,8 @@
 """The live figure's widget state (what the comm messages carry), driven by a real session."""
 
+import math
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,6 +15,8 @@ from torchmem_magic.options import SessionOptions
 from torchmem_magic.leak_finder import LeakSearch
 
 from idle_views import idle_view
+
+MIB = float(1 << 20)
 
 
 def _run(figure: LiveFigure, epochs: int = 2) -> MemwatchSession:
@@ -34,25 +38,28 @@ def test_figure_updates_live_and_shows_measured_curves_only() -> None:
     figure = LiveFigure()
     session = _run(figure)
     assert figure.updates >= 3  # 1.2 s of training at <= 4 updates/s, plus the final draw
-    labels = list(figure.lines.labels)
+    labels = figure.labels
     assert labels[0] == "RAM (process tree)" and "heap in use" in labels
     assert "RSS (kernel)" not in labels  # no child processes: it would only duplicate the RAM curve
     assert not any(label.startswith("VRAM") for label in labels)  # no CUDA: no fake zero curve
-    y = np.asarray(figure.lines.y)
-    assert y.shape == (len(labels), len(figure.lines.x)) and np.all(y[0] > 10)  # MiB
-    assert figure.y_axis.label == "MiB" and figure.y_scale.max > np.nanmax(y)  # headroom for the legend
+    ram = figure.shown[0]  # a strip per resource, each on its own y axis
+    y = np.atleast_2d(ram.lines.y)  # one curve: bqplot keeps it as one row
+    assert y.shape == (1, len(ram.lines.x)) and np.all(y[0] > 10)  # MiB
+    assert ram.y_axis.label == "MiB" and 0 < ram.y_scale.min < np.nanmin(y) and ram.y_scale.max > np.nanmax(y)
     assert figure.status.value.replace("&nbsp;", " ").startswith("<code>ok · step 8 · ")
-    assert list(figure.epoch_lines.x[:, 0]) == [m.t_s for m in session.timeline.epochs]
-    assert figure.epoch_lines.visible
+    for strip in figure.shown:
+        assert list(strip.epoch_lines.x[:, 0]) == [m.t_s for m in session.timeline.epochs]
+        assert strip.epoch_lines.visible
+    assert [s.x_axis.label for s in figure.shown] == [""] * (len(figure.shown) - 1) + ["time (s)"]
 
 
 def test_toggle_to_steps_redraws_against_optimizer_steps() -> None:
     figure = LiveFigure()
     _run(figure)
     figure.x_toggle.value = "steps"
-    assert figure.x_axis.label == "optimizer step"
-    assert list(figure.lines.x) == [float(s) for s in range(1, 9)]
-    assert list(figure.epoch_lines.x[:, 0]) == [0.0, 4.0]
+    assert figure.shown[-1].x_axis.label == "optimizer step"
+    assert list(figure.shown[0].lines.x) == [float(s) for s in range(1, 9)]
+    assert list(figure.shown[0].epoch_lines.x[:, 0]) == [0.0, 4.0]
 
 
 def test_payload_stays_bounded_for_a_long_run() -> None:
@@ -64,7 +71,46 @@ def test_payload_stays_bounded_for_a_long_run() -> None:
         timeline.by_time.append(row)
     figure.x_toggle.value = "time"
     figure._draw(idle_view(timeline), final=False)
-    assert len(figure.lines.x) <= MAX_POINTS and np.asarray(figure.lines.y).shape[1] == len(figure.lines.x)
+    for strip in figure.shown:
+        assert len(strip.lines.x) <= MAX_POINTS and np.atleast_2d(strip.lines.y).shape[1] == len(strip.lines.x)
+
+
+def _leaking_heap(seconds: int, heap_mib_per_s: float = 10.0) -> Timeline:
+    """A synthetic run: the tree's RAM flat at 400 MiB, the heap climbing from 150 MiB."""
+    timeline = Timeline()
+    row = dict.fromkeys(COLUMNS, math.nan)
+    for i in range(seconds * 10):
+        row.update(t_s=i * 0.1, ram_bytes=400 * MIB + (i % 3) * 4096, heap_bytes=(150 + i * 0.1 * heap_mib_per_s) * MIB)
+        timeline.by_time.append(row)
+    return timeline
+
+
+def _fill(strip: Any) -> float:
+    """The share of the strip's height its curve's readings span."""
+    y = np.asarray(strip.lines.y)
+    return float((np.nanmax(y) - np.nanmin(y)) / (strip.y_scale.max - strip.y_scale.min))
+
+
+def test_each_strip_is_scaled_to_its_own_curve_so_a_leak_is_a_slope_and_flat_stays_flat() -> None:
+    figure = LiveFigure()
+    figure._draw(idle_view(_leaking_heap(4)), final=False)  # heap 150 -> 190 MiB, RAM flat
+    ram, heap = figure.strips["ram_bytes"], figure.strips["heap_bytes"]
+    assert figure.shown == [ram, heap] and figure.labels == ["RAM (process tree)", "heap in use"]
+    assert _fill(heap) > 0.6 and heap.y_scale.min > 100  # not from zero
+    assert _fill(ram) < 0.05  # 8 KiB of wobble on 400 MiB: drawn flat
+    assert ram.figure.title == "RAM (process tree)" and heap.figure.title == "heap in use"
+
+
+def test_a_growing_curve_rescales_its_axis_in_steps_not_at_every_redraw() -> None:
+    figure = LiveFigure()
+    ranges = []
+    for seconds in range(2, 42):  # one redraw a second while the heap climbs 10 MiB/s
+        figure._draw(idle_view(_leaking_heap(seconds)), final=False)
+        heap = figure.strips["heap_bytes"]
+        ranges.append((heap.y_scale.min, heap.y_scale.max))
+        assert _fill(heap) > 0.6, (seconds, ranges[-1])
+    assert len(set(ranges)) < len(ranges) / 3
+    assert len({low for low, _ in ranges}) == 1  # the bottom stays where the curve started
 
 
 def test_status_line_shows_the_verdict_as_it_forms() -> None:

@@ -207,7 +207,7 @@ def _draw(feeds: list[RankFeed] | None) -> LiveFigure:
 def test_without_ranks_the_ranks_panel_stays_hidden_and_the_kernels_curves_stay() -> None:
     figure = _draw(None)
     assert figure.rank_figure not in figure.widget.children
-    assert "heap in use" in list(figure.lines.labels)
+    assert "heap in use" in figure.labels
 
 
 def test_two_ranks_one_line_each_and_no_legend_rows_for_empty_marks() -> None:
@@ -217,7 +217,8 @@ def test_two_ranks_one_line_each_and_no_legend_rows_for_empty_marks() -> None:
     assert figure.rank_lines.display_legend
     assert not figure.rank_band.display_legend and not figure.rank_vram_lines.display_legend
     # the launcher idles: its own heap and RSS are left out, the tree's RAM (which sums the ranks) stays
-    assert list(figure.lines.labels) == ["RAM (process tree)", "workers (PSS)", "VRAM allocated", "VRAM reserved", "/dev/shm used"]
+    assert figure.labels == ["RAM (process tree)", "workers (PSS)", "VRAM allocated", "VRAM reserved", "/dev/shm used"]
+    assert len(figure.shown) == 4  # the reserved VRAM on the allocated one's strip, to be read against it
     # zoomed to the ranks' span, with room above for the legend
     y = np.asarray(figure.rank_lines.y)
     assert 40 < figure.rank_y_scale.min < y.min() and figure.rank_y_scale.max > y.max()

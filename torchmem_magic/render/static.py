@@ -22,6 +22,7 @@ from ..model import Clock, RankSummary, ReportData
 from ..resources import HEAP, RAM
 from ..timeline import Timeline
 from ..units import format_bytes
+from .axis_range import MIN_SPAN_BYTES, fitted_range
 from .text import report_html, sparkline, verdict_rate
 
 MAX_POINTS = 240  # per curve: about one point per 2 px of plot width
@@ -31,7 +32,6 @@ STRIP_HEIGHT_PX = 72  # one strip per curve of the process tree
 RANK_PANEL_HEIGHT_PX = 130
 LEFT_PX, RIGHT_PX = 52, 12
 LEGEND_ROW_PX, X_AXIS_PX = 18, 30
-MIN_SPAN_BYTES = 4 << 20  # a flat curve is drawn flat, not as its noise blown up to the strip's height
 MIB, GIB = float(1 << 20), float(1 << 30)
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
 VERDICT_COLOURS = {"leak": "#b00", "suspect": "#b60", "clean": "#070"}
@@ -199,12 +199,11 @@ def _tick_text(value: float) -> str:
 
 def y_range(curves: Sequence[Curve]) -> tuple[float, float]:
     """(low, high) bytes of a panel: the readings' own span, not from zero, so that a leak of a few
-    MiB on a heap of a hundred shows as a slope; a flat curve stays flat (its noise is not blown up)."""
+    MiB on a heap of a hundred shows as a slope; a flat curve stays flat (its noise is not blown up).
+    The live figure's strips fit theirs by the same rule."""
     values = [y for c in curves for y in c.y_bytes]
-    low, high = min(values), max(values)
-    span = max(high - low, MIN_SPAN_BYTES)
-    bottom = max(0.0, low - (span - (high - low)) / 2 - 0.1 * span)
-    return bottom, max(bottom + 1.2 * span, high + 0.1 * span)
+    fitted = fitted_range(min(values), max(values))
+    return fitted.low_bytes, fitted.high_bytes
 
 
 def _unit(peak_bytes: float) -> tuple[float, str]:

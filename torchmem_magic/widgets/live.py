@@ -1,7 +1,9 @@
-"""The live figure: one bqplot figure under the cell, mutated in place while the cell runs.
+"""The live figure: one strip per resource under the cell, mutated in place while the cell runs.
 
-Created and displayed once on the main thread; afterwards only the sampler thread writes to it
-(throttled by the session to `tick_period_s`), each update batched with `hold_sync()` into one
+Each strip (`curve_strip.CurveStrip`) has a y axis fitted to its own curves, all on one x scale:
+RAM in hundreds of MiB would flatten a heap leak of a few MiB drawn on the same axis (the static
+figure's strips avoid it the same way). Created and displayed once on the main thread; afterwards
+only the sampler thread writes to it (throttled by the session to `tick_period_s`), each update batched with `hold_sync()` into one
 message per widget. After the session stopped, the main thread draws the final state. Every series
 is at most the timeline's capacity (2,000 points), so an update's payload stays bounded.
 """
@@ -22,9 +24,11 @@ from .. import resources
 from ..ranks.feed import rank_numbers
 from ..ranks.live import worst_live
 from ..render.text import status_line
-from ..resources import RAM, RSS
+from ..render.axis_range import AxisRange, steady_range, with_headroom
+from ..resources import RAM, RSS, VRAM, VRAM_RESERVED
 from ..timeline import DecimatingSeries
 from .controls import Controls
+from .curve_strip import CurveStrip, StripCurve, Threshold, show_epochs, unit_of
 from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
 
 if TYPE_CHECKING:
@@ -32,14 +36,14 @@ if TYPE_CHECKING:
     from ..live_view import LiveView
     from ..step_requests import StepRequests
 
-MIB, GIB = float(1 << 20), float(1 << 30)
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
 MAX_POINTS = 2000
-LEGEND_ROW_SHARE = 0.07  # headroom per legend entry, so the top-left legend does not hide the curves
-RANK_LEGEND_ROW_SHARE = 0.12  # the same, of the ranks' span (their panel is zoomed to it)
-MIN_ZOOM_SPAN_BYTES = 4 << 20  # a flat heap is drawn flat, not as its noise blown up to the panel's height
-#: a guard's threshold is drawn once its curve reaches this share of it: before, the line would squash the curves
-GUARD_LINE_FROM = 0.5
+RANK_LEGEND_ROW_SHARE = 0.12  # headroom per legend entry, of the ranks' span, so the legend does not hide them
+#: curves drawn on another one's strip, to be read against it: the kernel's RSS within the tree's RAM,
+#: what the caching allocators reserve around what the tensors use
+STRIP_OF = {RSS.column: RAM.column, VRAM_RESERVED.column: VRAM.column}
+#: each strip's height by the number of strips (more than the table lists: the last)
+STRIP_HEIGHTS_PX = (320, 190, 165, 145)
 
 #: (column, legend label, colour) of every curve the figure can show; absent sources are left out.
 CURVES: tuple[tuple[str, str, str], ...] = tuple(
@@ -72,33 +76,24 @@ def _visible_curves(data: dict[str, np.ndarray], launcher: bool = False) -> list
     return curves
 
 
-def _guard_lines(
-    thresholds: Sequence[tuple[str, float, str]], columns: dict[str, np.ndarray]
-) -> list[tuple[float, str, str]]:
-    """(bytes, label, colour) of each guard threshold worth drawing: its curve has reached half of it."""
-    colours = {column: colour for column, _, colour in CURVES}
-    out = []
+def _strip_thresholds(
+    thresholds: Sequence[tuple[str, float, str]], visible: Sequence[tuple[str, str, str]]
+) -> dict[str, list[Threshold]]:
+    """Each strip's guard thresholds (drawn or only labelled: the strip decides), by its strip's column."""
+    colours = {column: colour for column, _, colour in visible}
+    out: dict[str, list[Threshold]] = {}
     for column, threshold_bytes, label in thresholds:
-        values = columns.get(column)
-        if values is None or not _has_data(values) or not threshold_bytes > 0:
-            continue
-        if float(np.nanmax(values)) >= GUARD_LINE_FROM * threshold_bytes:
-            out.append((threshold_bytes, label, colours.get(column, "#000000")))
+        if column in colours and threshold_bytes > 0:
+            out.setdefault(STRIP_OF.get(column, column), []).append(Threshold(threshold_bytes, label, colours[column]))
     return out
 
 
-def _zoomed(low: float, peak: float, unit: float, entries: int) -> tuple[float, float | None]:
-    """The ranks' y range: their readings' own span, not from zero, so that a rank's growth of a few
-    MiB on a heap of a hundred shows as a slope; headroom above for the legend."""
-    if peak <= 0:
-        return 0.0, None
-    span = max(peak - low, MIN_ZOOM_SPAN_BYTES)
-    bottom = max(0.0, low - 0.1 * span)
-    return bottom / unit, (peak + span * (0.1 + RANK_LEGEND_ROW_SHARE * entries)) / unit
-
-
-def _y_max(peak: float, unit: float, entries: int) -> float | None:
-    return peak / unit * (1.05 + LEGEND_ROW_SHARE * entries) if peak > 0 else None
+def _strip_groups(visible: Sequence[tuple[str, str, str]]) -> dict[str, list[tuple[str, str, str]]]:
+    """The visible curves by strip (the strip's own column first), in the curves' order."""
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for curve in visible:
+        groups.setdefault(STRIP_OF.get(curve[0], curve[0]), []).append(curve)
+    return {column: sorted(curves, key=lambda c: c[0] != column) for column, curves in groups.items()}
 
 
 class LiveFigure:
@@ -108,32 +103,18 @@ class LiveFigure:
     tick_cpu_share: float | None = 0.004  # ... and fewer when a redraw costs more than 0.4% of the time between two
     tick_max_period_s = 2.0  # ... but at least one every 2 s: a figure that stops moving looks like a hung cell
 
-    def __init__(self, title: str = "memwatch") -> None:
+    def __init__(self) -> None:
         self._view: LiveView | None = None  # the last run drawn (the x-axis toggle redraws it)
         self._lock = threading.Lock()  # the final draw and a late tick never interleave
         self.updates = 0
         self.x_scale = bqplot.LinearScale()
-        self.y_scale = bqplot.LinearScale(min=0.0)
-        self.marker_scale = bqplot.LinearScale(min=0.0, max=1.0)
-        self.lines = bqplot.Lines(
-            x=np.zeros(0), y=np.zeros(0), scales={"x": self.x_scale, "y": self.y_scale},
-            display_legend=True, stroke_width=2,
-        )
-        self.epoch_lines = self._epoch_marks()
-        self.guard_lines = bqplot.Lines(  # the memory guard's thresholds (hidden without --guard)
-            x=np.zeros((1, 2)), y=np.zeros((1, 2)), scales={"x": self.x_scale, "y": self.y_scale},
-            line_style="dashed", stroke_width=1.5, display_legend=False, visible=False,
-        )
-        self.x_axis = bqplot.Axis(scale=self.x_scale, label="time (s)")
-        self.y_axis = bqplot.Axis(scale=self.y_scale, side="left", label="MiB", tick_format=",.0f")
-        self.figure = bqplot.Figure(
-            marks=[self.lines, self.epoch_lines, self.guard_lines], axes=[self.x_axis, self.y_axis], title=title,
-            animation_duration=0, legend_location="top-left",
-            fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
-            layout=ipywidgets.Layout(width="100%", height="320px"),
-            scale_x=self.marker_scale, scale_y=self.marker_scale,  # what its own default [0, 1] scales would be
-        )
+        self.marker_scale = bqplot.LinearScale(min=0.0, max=1.0)  # the epoch lines' [0, 1]: each panel's height
+        self.x_label = "time (s)"
+        #: one strip per resource with readings, by its column; the tree's RAM is there from the start
+        self.strips: dict[str, CurveStrip] = {RAM.column: self._new_strip(RAM.column)}
+        self.strip_box = ipywidgets.VBox(list(self._strip_widgets([RAM.column])), layout=ipywidgets.Layout(width="100%"))
         self.rank_figure: Any = None  # built when the first rank streams: most runs have none
+        self.rank_range: AxisRange | None = None  # the ranks' range drawn last
         # layouts given at construction: a widget made without one opens a default one first
         self.status = ipywidgets.HTML(
             value="<code>starting…</code>", layout=ipywidgets.Layout(flex="1 1 auto", margin="0 0 0 1em")
@@ -148,11 +129,34 @@ class LiveFigure:
         self.widget = ipywidgets.VBox(
             [
                 ipywidgets.HBox([self.x_toggle, self.status], layout=ipywidgets.Layout(align_items="center")),
-                self.figure,
+                self.strip_box,
                 self.controls.widget,
             ],
             layout=ipywidgets.Layout(width="100%"),
         )
+
+    def _new_strip(self, column: str) -> CurveStrip:
+        """The strip of `column`'s resource, captioned with its curve's label before the first draw."""
+        label, colour = next((label, colour) for c, label, colour in CURVES if c == column)
+        return CurveStrip(self.x_scale, self.marker_scale, self._epoch_marks(), label, colour)
+
+    def _strip_widgets(self, columns: Sequence[str]) -> list[Any]:
+        """The strips' figures top to bottom, each sized for their number, the last one with the x label."""
+        height_px = STRIP_HEIGHTS_PX[min(len(columns), len(STRIP_HEIGHTS_PX)) - 1]
+        for i, column in enumerate(columns):
+            self.strips[column].place(height_px, self.x_label if i == len(columns) - 1 else None)
+        return [self.strips[column].figure for column in columns]
+
+    @property
+    def shown(self) -> list[CurveStrip]:
+        """The strips on show, top to bottom."""
+        by_figure = {id(strip.figure): strip for strip in self.strips.values()}
+        return [by_figure[id(figure)] for figure in self.strip_box.children]
+
+    @property
+    def labels(self) -> list[str]:
+        """The curves on show, top to bottom (what the strips' captions name)."""
+        return [label for strip in self.shown for label in strip.labels]
 
     def _epoch_marks(self) -> Any:
         """Dashed vertical lines over a panel's whole height, one per epoch (hidden until there are some)."""
@@ -252,30 +256,16 @@ class LiveFigure:
             x_all, columns = x_all[keep], {c: v[keep] for c, v in columns.items()}
         x = _decimate(x_all)
         visible = _visible_curves(columns, launcher)
-        peak = max((float(np.nanmax(columns[c])) for c, _, _ in visible), default=0.0)
-        guard = _guard_lines(view.guard_thresholds(), columns) if x_all.size else []
-        peak = max([peak, *(threshold for threshold, _, _ in guard)])
-        unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
-        curves = [(_decimate(columns[c]) / unit, label, colour) for c, label, colour in visible]
+        groups = _strip_groups(visible)
+        thresholds = _strip_thresholds(view.guard_thresholds(), visible)
         markers = [step if by_steps else t_s for t_s, step in view.epoch_markers()]
         with self._lock:
-            with self.lines.hold_sync():
-                if curves:
-                    self.lines.x = x
-                    self.lines.y = np.vstack([c[0] for c in curves])
-                    self.lines.labels = [c[1] for c in curves]
-                    self.lines.colors = [c[2] for c in curves]
-            with self.guard_lines.hold_sync():
-                if guard:
-                    self.guard_lines.x = np.tile([x_all[0], x_all[-1]], (len(guard), 1))
-                    self.guard_lines.y = np.array([[t / unit, t / unit] for t, _, _ in guard])
-                    self.guard_lines.labels = [label for _, label, _ in guard]
-                    self.guard_lines.colors = [colour for _, _, colour in guard]
-                self.guard_lines.visible = self.guard_lines.display_legend = bool(guard)  # a hidden mark keeps its legend entry
-            self.y_scale.max = _y_max(peak, unit, len(curves) + len(guard))
-            self.y_axis.label = unit_name
-            _show_epochs(self.epoch_lines, markers)
-            self.x_axis.label = self._x_label(view, by_steps, worst_feed if mapped else None)
+            self.x_label = self._x_label(view, by_steps, worst_feed if mapped else None)
+            for column, curves in groups.items():
+                strip = self.strips.get(column) or self.strips.setdefault(column, self._new_strip(column))
+                drawn = [StripCurve(label, colour, _decimate(columns[c])) for c, label, colour in curves]
+                strip.draw(x, drawn, thresholds.get(column, []), markers)
+            self._show_strips([column for column in self.strips if column in groups] or [RAM.column])
             if ranks is not None:
                 self._draw_ranks(ranks, by_steps, worst_feed)
             # wrap only between the " · " separated parts, never inside one ("shm 0 B")
@@ -283,6 +273,13 @@ class LiveFigure:
             self.status.value = f"<code>{' · '.join(parts)}</code>"
             self.updates += 1
 
+
+    def _show_strips(self, columns: list[str]) -> None:
+        """Lay out the strips of `columns`, in the curves' order; the box changes only when they do."""
+        order = [c for c, _, _ in CURVES]
+        figures = self._strip_widgets(sorted(columns, key=order.index))
+        if list(self.strip_box.children) != figures:
+            self.strip_box.children = figures
 
     @staticmethod
     def _x_label(view: LiveView, by_steps: bool, worst_feed: Any) -> str:
@@ -294,9 +291,10 @@ class LiveFigure:
 
     def _draw_ranks(self, ranks: RankCurves, by_steps: bool, worst_feed: Any) -> None:
         """The ranks' panel (under the lock, on the one writer thread)."""
-        peak = ranks.peak_bytes
-        unit, unit_name = (GIB, "GiB") if peak >= 10 * GIB else (MIB, "MiB")
         entries = len(ranks.memory) + len(ranks.vram) + (2 if ranks.band is not None else 0)
+        self.rank_range = steady_range(ranks.low_bytes, ranks.peak_bytes, self.rank_range)
+        scaled = with_headroom(self.rank_range, RANK_LEGEND_ROW_SHARE * entries)
+        unit, unit_name = unit_of(scaled.high_bytes)
         if self.rank_figure is None:
             self._build_ranks_panel()
         with self.rank_lines.hold_sync():
@@ -320,8 +318,9 @@ class LiveFigure:
                 self.rank_band.y = np.vstack([band.low_bytes, band.high_bytes]) / unit
                 self.rank_band.labels = [f"min of {band.ranks} ranks", f"max of {band.ranks} ranks"]
             self.rank_band.visible = self.rank_band.display_legend = band is not None  # a hidden mark keeps its legend entry
-        _show_epochs(self.rank_epoch_lines, ranks.epochs_x)
-        self.rank_y_scale.min, self.rank_y_scale.max = _zoomed(ranks.low_bytes, peak, unit, entries)
+        show_epochs(self.rank_epoch_lines, ranks.epochs_x)
+        with self.rank_y_scale.hold_sync():
+            self.rank_y_scale.min, self.rank_y_scale.max = scaled.low_bytes / unit, scaled.high_bytes / unit
         self.rank_y_axis.label = unit_name
         self.rank_x_axis.label = (
             STEP_AXIS_LABELS.get(worst_feed.clock, "step") + " (each rank's)" if by_steps else "time (s)"
@@ -331,11 +330,3 @@ class LiveFigure:
         if self.rank_figure not in children:  # not rendered at all in a single-process run
             self.widget.children = (*children[:2], self.rank_figure, *children[2:])
 
-
-def _show_epochs(marks: Any, xs: Sequence[float]) -> None:
-    """Move a panel's epoch lines to `xs` (hidden when there are none), in one message."""
-    with marks.hold_sync():
-        if xs:
-            marks.x = np.repeat(np.asarray(xs, dtype=np.float64)[:, None], 2, axis=1)
-            marks.y = np.tile([0.0, 1.0], (len(xs), 1))
-        marks.visible = bool(xs)
