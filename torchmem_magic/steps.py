@@ -116,11 +116,14 @@ class StepCounter:
         return training_loader(self.clock, self._loader_credits, timeline.passes)
 
     def final_row(self, timeline: Timeline, row: Row) -> None:
-        """The last reading also as a step-aligned row, when the stride skipped the last steps (a jump
-        there must still be seen)."""
+        """The last reading also as a step-aligned row, at the last step: when the stride skipped the
+        last steps, a jump there must still be seen; when the last step was sampled too, this reading,
+        taken after the loop, still sees what the end of the block released (a helper's list gone)."""
         if self.steps > self.sampling.last_sampled_step:
             self.sampling.mark_sampled(self.steps)
-            timeline.by_step.append(row)
+        elif self.steps < 1:
+            return
+        timeline.by_step.append(row)
 
     def evidence_fields(self, timeline: Timeline) -> dict[str, Any]:
         """The run's evidence that the steps tell (fields of RunEvidence)."""

@@ -184,3 +184,16 @@ def test_a_leak_error_survives_pickling_with_its_report(leak_error: LeakError) -
     copy = pickle.loads(pickle.dumps(leak_error))
     assert isinstance(copy, LeakError) and f"{LeakError.__module__}.{LeakError.__name__}" == "torchmem_magic.LeakError"
     assert str(copy) == str(leak_error) and copy.report.verdict == "leak"
+
+
+def test_what_the_end_of_the_block_released_is_seen_when_every_step_was_sampled() -> None:
+    """30 steps are all sampled (the first steps always are): the reading after the block, with the helper
+    returned, is a row of its own after the last step's."""
+    with memwatch(20, quiet=True) as w:
+        train_keeping_graphs(30)
+    report = w.report
+    assert report is not None and report.steps == 30
+    heap = list(report.timeline.by_step.column("heap_bytes"))
+    steps = list(report.timeline.by_step.column("step"))
+    assert steps[-2:] == [30.0, 30.0] and heap[-1] < heap[-2], (steps[-3:], heap[-3:])
+    assert any("of it came back when the block ended" in line for line in report.advice), report.advice

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from torchmem_magic.options import SessionOptions
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
 
 MIB, KIB = 1 << 20, 1 << 10
+PAGE = 4 * KIB  # tmpfs counts whole pages
 SHARE = 0.8
 LONG_INTERVAL_MS = 10_000.0  # the sampler thread's checks never come during the loop
 
@@ -60,9 +61,11 @@ def _used_bytes(where: Path) -> int:
 
 
 def filling_loop(where: Path, segment_bytes: int, written: list[int], steps: int, warm_up_steps: int = 0,
-                 at_warm_up_end: list[int] | None = None, session: MemwatchSession | None = None) -> None:
+                 sized_by_stride: Callable[[int], int] | None = None, session: MemwatchSession | None = None) -> None:
     """An optimizer loop that writes a segment of `segment_bytes` into `where` after every step (the
-    warm-up steps write one and remove it: as long a step, nothing kept)."""
+    warm-up steps write one and remove it: as long a step, nothing kept). With `sized_by_stride`, the
+    segments written after the warm-up are as big as it says for the sampling stride the session has
+    then (how far apart its step checks are depends on how fast this machine runs the steps)."""
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     segment = b"\1" * segment_bytes
@@ -70,13 +73,13 @@ def filling_loop(where: Path, segment_bytes: int, written: list[int], steps: int
         optimizer.zero_grad()
         model(torch.ones(2, 4)).sum().backward()
         optimizer.step()  # the guard's MemoryGuardError comes out of here
+        if i == warm_up_steps and sized_by_stride is not None and session is not None:
+            segment = b"\1" * sized_by_stride(session.step_counter.sampling.stride)
         path = where / f"segment{i}"
         path.write_bytes(segment)
         if i < warm_up_steps:
             path.unlink()
             continue
-        if i == warm_up_steps and at_warm_up_end is not None and session is not None:
-            at_warm_up_end.append(session.step_counter.sampling.stride)
         written.append(i)
 
 
@@ -95,7 +98,7 @@ def _assert_stopped_at_the_last_segment_under_the_threshold(
     assert "would pass 80%" in first and "/step (" in first and first.endswith("stopped before a DataLoader worker's bus error")
     report = session.report
     assert report is not None and report.status == "error"
-    assert report.advice[0].startswith(f"the memory guard stopped the run after {report.steps} steps with MemoryGuardError")
+    assert report.advice[0].startswith(f"the memory guard stopped the run after {report.steps:,} steps with MemoryGuardError")
 
 
 def test_a_fill_from_the_first_step_stops_at_the_last_segment_under_the_threshold(tmpfs_16mib: Path) -> None:
@@ -110,18 +113,25 @@ def test_a_fill_from_the_first_step_stops_at_the_last_segment_under_the_threshol
 
 
 def test_a_fill_after_the_stride_thinned_stops_at_the_last_segment_under_the_threshold(tmpfs_64mib: Path) -> None:
-    """After 400 steps the step samples are every few dozen steps; then 256 KiB a step into 64 MiB: the
-    fill's growth per step brings the checks closer, to every step near the threshold (204 segments
-    fit under 51.2 MiB). Checked only at the thinned stride, the fill would pass the threshold."""
+    """After 400 steps the step samples are every few dozen steps; then a fill into 64 MiB that reaches
+    80% (51.2 MiB) in about four strides: its growth per step, seen at the first check after it began,
+    brings the checks closer, to every step near the threshold. Checked only at the thinned stride, the
+    fill would pass the threshold."""
     written: list[int] = []
-    strides: list[int] = []
+    chosen: list[tuple[int, int]] = []  # (the stride after the warm-up, the segments' size for it)
+
+    def four_strides_to_the_threshold(stride: int) -> int:
+        chosen.append((stride, max(PAGE, int(SHARE * 64 * MIB / (4 * stride)) // PAGE * PAGE)))
+        return chosen[-1][1]
+
     session = MemwatchSession(SessionOptions(LONG_INTERVAL_MS, shm_path=str(tmpfs_64mib), guard=SHARE))
     with pytest.raises(MemoryGuardError) as caught:
         with session:
-            filling_loop(tmpfs_64mib, 256 * KIB, written, steps=300, warm_up_steps=400, at_warm_up_end=strides,
-                         session=session)
-    assert strides and strides[0] >= 4, f"the stride did not thin over the warm-up ({strides}): nothing to test"
-    _assert_stopped_at_the_last_segment_under_the_threshold(caught, session, tmpfs_64mib, 64 * MIB, 256 * KIB, written)
+            filling_loop(tmpfs_64mib, 256 * KIB, written, steps=1_000_000, warm_up_steps=400,
+                         sized_by_stride=four_strides_to_the_threshold, session=session)
+    assert chosen and chosen[0][0] >= 4, f"the stride did not thin over the warm-up ({chosen}): nothing to test"
+    segment_bytes = chosen[0][1]
+    _assert_stopped_at_the_last_segment_under_the_threshold(caught, session, tmpfs_64mib, 64 * MIB, segment_bytes, written)
 
 
 def test_without_the_guard_the_fill_runs_into_enospc(tmpfs_16mib: Path) -> None:

@@ -58,7 +58,7 @@ def test_toggle_to_steps_redraws_against_optimizer_steps() -> None:
     _run(figure)
     figure.x_toggle.value = "steps"
     assert figure.shown[-1].x_axis.label == "optimizer step"
-    assert list(figure.shown[0].lines.x) == [float(s) for s in range(1, 9)]
+    assert list(figure.shown[0].lines.x) == [*(float(s) for s in range(1, 9)), 8.0]  # and the reading after the block
     assert list(figure.shown[0].epoch_lines.x[:, 0]) == [0.0, 4.0]
 
 
