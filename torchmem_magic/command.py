@@ -133,6 +133,9 @@ def run_watched(options: WatchOptions, out: TextIO = sys.stdout, err: TextIO = s
         raise
     report = session.stop(ending_of(returncode))
     _print_report(report, options, out, err)
+    problem = None if session.ranks is None else session.ranks.store_problem
+    if problem:
+        print(f"torchmem_magic watch: {problem}: the other nodes' ranks are not all in this report", file=err)
     if options.save_path:
         try:
             save_report(report, options.save_path)

@@ -33,6 +33,7 @@ def summary_of(
     stalled_s: float = 0.0,
     exited_s: float | None = None,
     local_rank: int | None = None,
+    node: int | None = None,
     dropped: int = 0,
     cuda_contexts: tuple[dict[str, Any], ...] = (),
 ) -> RankSummary:
@@ -54,7 +55,7 @@ def summary_of(
         status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,
         exited_s=exited_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
-        cuda_contexts=cuda_contexts,
+        cuda_contexts=cuda_contexts, node=node,
     )
 
 
@@ -154,6 +155,20 @@ def death_line(rank: RankSummary, culprit: bool) -> str:
     return line
 
 
+def stale_line(rank: RankSummary) -> str:
+    """Another node's rank whose summaries stopped arriving: where it was, its last figures."""
+    where = f" on {rank.host}" if rank.host else ""
+    where += f", node {rank.node}" if rank.node is not None else ""
+    last = f"RAM {format_bytes(rank.ram.end_bytes)} of {format_bytes(rank.ram.limit_bytes)}"
+    if rank.heap is not None:
+        last += f", heap {format_bytes(rank.heap.end_bytes)}"
+    return (
+        f"rank {rank.rank} (pid {rank.pid}{where}) went silent: its last summary came at "
+        f"{format_duration(rank.last_seen_s)}, at {rank.steps:,} {rate_unit(rank.clock)}s; last readings: {last}; "
+        "what became of it cannot be known from here"
+    )
+
+
 def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
     """One line per rank that is not clean, one for the clean ones, deaths, and imbalance."""
     lines: list[str] = []
@@ -161,6 +176,8 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
     for rank in sorted(ranks, key=lambda r: (r is not died, -SEVERITY.get(r.verdict, 0), r.rank)):
         if rank.status == "killed":
             lines.append(death_line(rank, rank is died))
+        elif rank.status == "stale":
+            lines.append(stale_line(rank))
         if rank.verdict != "clean":
             lines.append(rank_line(rank))
     for rank in ranks:

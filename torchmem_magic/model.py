@@ -192,7 +192,10 @@ class RankSummary(_LargestFirst, _SchemaDict):
 
     `status` says how the rank ended: "ok", "error", "interrupted", "killed" (it stopped reporting
     without finishing: a signal, the OOM killer, or its launcher stopping it), or "running" (still
-    alive when the watch ended). `ended` is how, where known ("SIGKILL", "exit code 1").
+    alive when the watch ended), or "stale" (a rank of another node whose summaries stopped reaching
+    this watcher through the job's store, with nothing to say why). `ended` is how, where known
+    ("SIGKILL", "exit code 1"). `via` says how its figures came: "stream" (this node's rank, every
+    reading) or "store" (another node's rank: its last rolling summary in the job's c10d store).
     """
 
     rank: int
@@ -221,6 +224,8 @@ class RankSummary(_LargestFirst, _SchemaDict):
     dropped_messages: int = field(default=0, metadata={"key": "dropped"})  # lost to a full transport buffer
     #: the driver's view (NVML): {"device": UUID, "used": bytes, "own": its allocator uses that device}
     cuda_contexts: tuple[dict[str, Any], ...] = ()
+    node: int | None = None  # the launcher's node rank (torchrun's GROUP_RANK), where it has one
+    via: str = "stream"
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
 

@@ -98,6 +98,22 @@ def _as_ranks(report: Report, first_rank: int) -> tuple[RankSummary, ...]:
     return (summary_of(report, rank=first_rank, pid=0, host=""),)
 
 
+def _one_each(ranks: Sequence[RankSummary]) -> tuple[RankSummary, ...]:
+    """One entry per rank number: every node's watcher of a multi-node job lists every rank, its own
+    from their stream (every reading) and the others' from the job's store (a summary), so the
+    stream's entry wins, then the one that saw the rank finish, then the later one."""
+    best: dict[int, RankSummary] = {}
+    for rank in ranks:
+        kept = best.get(rank.rank)
+        if kept is None or _detail(rank) > _detail(kept):
+            best[rank.rank] = rank
+    return tuple(best[n] for n in sorted(best))
+
+
+def _detail(rank: RankSummary) -> tuple[bool, bool, float]:
+    return rank.via == "stream", rank.status not in ("running", "stale"), rank.last_seen_s
+
+
 def merge_reports(reports: Sequence[Report]) -> Report:
     """One report from several watchers' reports of the same run (one per node): every rank, the
     worst one and the verdict decided again over all of them. The machine-wide rows (RAM, heap,
@@ -109,6 +125,7 @@ def merge_reports(reports: Sequence[Report]) -> Report:
     ranks: list[RankSummary] = []
     for report in reports:
         ranks.extend(_as_ranks(report, first_rank=len(ranks)))
+    ranks = list(_one_each(ranks))
     first = reports[0]
     watcher = replace(  # what the first watcher saw of its own tree, before its ranks were merged in
         first, verdict="unknown", leak_kind=None, resource=None, steps_to_exhaustion=None, suspects=(), advice=(),

@@ -1,8 +1,8 @@
 """`python -m torchmem_magic watch -- torchrun ...`: every rank of a real DDP run (gloo, CPU) watched.
 
 Rank 1 keeps each step's output with its graph; the report must name that rank, the holder and a
-rate close to what the script itself measured one kept output to cost. The two-node case runs two
-watchers side by side (static rendezvous on this machine) and merges their saved reports with `show`."""
+rate close to what the script itself measured one kept output to cost. Runs of several nodes are in
+test_watch_nodes.py."""
 
 from __future__ import annotations
 
@@ -42,32 +42,6 @@ def test_the_leaking_rank_its_holder_and_its_rate(holder: str, tmp: Path, tmp_pa
     assert abs(held[name]["growth_per_step"] - expected) <= TOLERANCE * expected
     assert leaking["steps"] == clean["steps"] == 200
     assert "worst rank: 1" in done.stdout and name in done.stdout
-    assert leftovers(tmp) == []
-
-
-def test_two_nodes_saved_apart_and_shown_as_one(tmp: Path, tmp_path: Path) -> None:
-    port, facts = str(free_port()), tmp_path / "facts.json"
-    watchers = []
-    for node in (0, 1):
-        launch = [*torchrun(), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-                  "--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", port]
-        script = [DDP, "--holder", "local", "--facts", str(facts)]
-        cmd = watch_command(*launch, *script, save=tmp_path / f"node{node}.json")
-        watchers.append(subprocess.Popen(cmd, env=environment(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True))
-    outputs = [w.communicate(timeout=180) for w in watchers]
-    assert [w.returncode for w in watchers] == [0, 0], [err[-2000:] for _, err in outputs]
-    node0, node1 = load(tmp_path / "node0.json"), load(tmp_path / "node1.json")
-    assert [r["rank"] for r in node0["ranks"]] == [0] and [r["rank"] for r in node1["ranks"]] == [1]
-    shown = subprocess.run([sys.executable, "-m", "torchmem_magic", "show", str(tmp_path / "node0.json"),
-                            str(tmp_path / "node1.json")], env=environment(tmp), capture_output=True, text=True)
-    assert shown.returncode == 0, shown.stderr
-    text = shown.stdout
-    assert "verdict: leak (worst rank: 1)" in text and "rank 1: kept_outputs" in text
-    assert "merged from 2 saved reports" in text
-    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
-    assert [row[0] for row in rows] == ["0", "1@" + node1["ranks"][0]["host"]]  # rank@host: another node's rank
-    assert "clean" in rows[0] and "leak" in rows[1]
     assert leftovers(tmp) == []
 
 

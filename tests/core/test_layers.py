@@ -22,10 +22,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analysis", ("timeline", "slopes", "verdict", "holders", "forensics", "scan", "scan.", "notebook", "flight.place")),
     ("forms", ("render", "render.")),
     ("results", ("results",)),
-    ("assembly", ("suspects", "merge", "report", "saved", "check", "ranks.protocol")),
+    ("assembly", ("suspects", "merge", "report", "saved", "check", "ranks.protocol", "ranks.job")),
     ("gathering", (
         "probes", "probes.", "hooks", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
         "ranks", "ranks.transport", "ranks.relay", "ranks.feed", "ranks.live", "ranks.settings", "flight",
+        "ranks.store_client", "ranks.publisher", "ranks.remote",
         "flight.recorder", "flight.crashes",
     )),
     ("session", ("steps", "leak_finder", "lifecycle", "live_view", "session")),

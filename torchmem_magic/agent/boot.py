@@ -147,7 +147,7 @@ def _first_activity(clock: StepClock | None, loader_pass: LoaderPass | None) -> 
         return
     from .rank import RankAgent
 
-    agent = RankAgent(_settings())
+    agent = RankAgent(_settings(), publish=True)
     _agent = agent
     agent.start(hooks)  # the session adopts the hooks: later steps are its own
     session = agent.session

@@ -7,7 +7,9 @@ script). Nothing starts until the process makes its first step (an optimizer ste
 pass, a DataLoader batch or an outermost module call), so launchers, DataLoader workers and helper
 processes cost nothing. The rank's own `MemwatchSession` then samples it, scans its holders (also
 in the locals of its training function) and streams all of it; its run ends when the process exits
-normally, and a rank that is killed leaves what it streamed up to its last quarter second.
+normally, and a rank that is killed leaves what it streamed up to its last quarter second. A rank
+of a multi-node torchrun job also keeps a summary of itself in the job's store, for the watchers of
+the other nodes (`publish.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..ranks.settings import RankSettings
 from ..ranks.transport import Outbox, RankSender
 from ..scan.results import Root
 from ..stack_roots import StackRoots, StackSources
+from .publish import StorePublishing
 
 if TYPE_CHECKING:
     from ..hooks import StepClock, TrainingHooks
@@ -88,8 +91,12 @@ class RankAgent:
     tick_period_s = STREAM_PERIOD_S
     tick_cpu_share: float | None = None  # streams at its period whatever it costs: what a killed rank loses is bounded
 
-    def __init__(self, settings: RankSettings) -> None:
+    def __init__(self, settings: RankSettings, publish: bool = False) -> None:
+        """`publish`: this process is a rank torchrun started (not one forked from it), so in a
+        multi-node job it also keeps its summary in the job's store for the other nodes."""
         self.settings = settings
+        self._publish = publish
+        self.store: StorePublishing | None = None
         self.sender = RankSender(settings.address)
         self.outbox = Outbox()
         self.session: MemwatchSession | None = None
@@ -119,12 +126,18 @@ class RankAgent:
         view = self.session.start().view
         assert view is not None
         limit = view.ram_limit
+        identity = self._identity()
+        if self._publish:
+            self.store = StorePublishing.for_rank(os.environ, identity["rank"], identity["local_rank"])
         self._offer({
-            "k": "hello", "pid": os.getpid(), "host": socket.gethostname(), **self._identity(),
+            "k": "hello", "pid": os.getpid(), "host": socket.gethostname(), **identity,
             "started_wall_s": view.started_wall_s, "interval_s": view.interval_s,
             "ram_limit_bytes": limit.limit_bytes, "ram_limit_source": limit.source,
             "heap_available": view.heap_available,
+            **({} if self.store is None else {"job": self.store.job.fields()}),
         })
+        if self.store is not None:
+            self.store.start()
         self._send_offered()
         atexit.register(self.finish)
         try:  # a multiprocessing child ends with os._exit(): atexit never runs there, its finalizers do
@@ -177,6 +190,8 @@ class RankAgent:
             })
         if self._send_offered():
             self._flush(view)
+        if self.store is not None:
+            self.store.on_tick(view)
 
     def on_finish(self, view: LiveView, report: Report) -> None:
         pass  # `finish` sends the rest once the report (and so the evidence) exists
@@ -213,6 +228,8 @@ class RankAgent:
         try:
             session.stop(self._own_exception())
         finally:
+            if self.store is not None:  # first: the other nodes' watchers may be about to lose the store
+                self.store.finish(session.report)
             delivered = self._send_offered(patiently=True)
             view = session.view
             while len(self.outbox) and delivered and view is not None:  # the last rows (at most 2 s when the watcher lags)

@@ -5,6 +5,8 @@
 the same `assemble_report` a single process uses. A rank that stopped sending without its final
 message was killed: its report is what it sent until then, with how it ended where that can be
 known (its exit status, read when it ended even if it is not our child, or the launcher's exception).
+The ranks of a multi-node job's other nodes join from the job's store (`remote.RemoteRanks`), once
+a rank of this node says where that is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from ..probes.process import exit_of
 from ..report import assemble_report
 from ..timeline import Timeline
 from ..merge import summary_of
+from .job import job_from_fields
 from .protocol import apply_events, evidence_from
+from .remote import RemoteRanks
 from .transport import RankSink
 
 NVML_PERIOD_S = 2.0
@@ -59,6 +63,7 @@ class RankFeed:
     exited_s: float | None = None  # the watcher's seconds when its process ended, where that was seen
     cuda_devices: tuple[str, ...] = ()  # UUIDs of the devices its allocator uses
     cuda_contexts: dict[str, int] = field(default_factory=dict)  # device UUID -> most the driver saw it hold
+    job: dict[str, Any] | None = None  # the multi-node job it belongs to (torchrun's store), if any
 
     @property
     def steps(self) -> int:
@@ -95,6 +100,7 @@ def apply_message(feed: RankFeed, message: dict[str, Any], now_s: float, watcher
         feed.ram_limit_bytes = int(message.get("ram_limit_bytes", 0))
         feed.ram_limit_source = str(message.get("ram_limit_source", "system"))
         feed.heap_available = bool(message.get("heap_available", False))
+        feed.job = message.get("job") if isinstance(message.get("job"), dict) else None
     elif kind == "events":
         apply_events(feed.timeline, message.get("events", []))
         steps_before = feed.steps
@@ -145,6 +151,21 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def died_of(feed: RankFeed) -> str | None:
+    """How a rank that ended abnormally died: its signal's name, else its exit code."""
+    exit_info = feed.exit
+    if exit_info is None:
+        return None
+    if exit_info.signal_number is not None:
+        import signal
+
+        try:
+            return signal.Signals(exit_info.signal_number).name
+        except ValueError:
+            return f"signal {exit_info.signal_number}"
+    return f"exit code {exit_info.exit_code}" if exit_info.exit_code else None
+
+
 def _signal_name(name: str | None) -> str | None:
     return name if not name or name.startswith("SIG") else f"SIG{name}"
 
@@ -164,6 +185,7 @@ class RankFeeds:
         self._next_nvml_s = 0.0
         self._next_poll_s = 0.0
         self._lock = threading.Lock()  # polled by the sampler thread, read by the live figure and at the end
+        self.remote: RemoteRanks | None = None  # the other nodes' ranks, once a rank names a multi-node job
 
     def start(self, started_s: float) -> None:
         """The watcher's t_s = 0 (its session's start), on `clock` and on the wall clock."""
@@ -182,9 +204,31 @@ class RankFeeds:
                 self._apply(message, now_s)
             for feed in self.feeds.values():
                 self._note_exit(feed)
+            self._follow_job()
             if now_s >= self._next_nvml_s and any(f.cuda_devices for f in self.feeds.values()):
                 self._next_nvml_s = now_s + NVML_PERIOD_S
                 self._read_contexts()
+
+    def _follow_job(self) -> None:
+        """Read the other nodes' ranks from the job's store once a rank of this node names it; say
+        when this node's ranks are done, and which of them died."""
+        if self.remote is None:
+            named = next((f.job for f in self.feeds.values() if f.job is not None), None)
+            job = job_from_fields(named)
+            if job is None:
+                return
+            self.remote = RemoteRanks(job, lambda: self._clock() - self._started_s)
+            self.remote.start()
+        for feed in self.feeds.values():
+            if feed.final is None and feed.exit is not None and feed.exit.abnormal and feed.rank is not None:
+                self.remote.report_death(feed.rank, died_of(feed))
+        if any(f.final is not None or f.exit is not None for f in self.feeds.values()):
+            self.remote.ending()
+
+    @property
+    def store_problem(self) -> str | None:
+        """One line when the other nodes' ranks could not be read from the job's store."""
+        return None if self.remote is None else self.remote.problem
 
     def _read_contexts(self) -> None:
         """Which devices each rank holds a context on, as the driver sees it (only once a rank uses CUDA:
@@ -230,7 +274,10 @@ class RankFeeds:
                         {"device": uuid, "used": used, "own": uuid in feed.cuda_devices}
                         for uuid, used in sorted(feed.cuda_contexts.items())
                     ),
+                    node=None if feed.job is None else feed.job.get("node"),
                 ))
+            if self.remote is not None:  # the other nodes' ranks, as the store last showed them
+                out.extend(self.remote.summaries(skip={numbers[pid] for pid in self.feeds}))
             return tuple(out)
 
     def _note_exit(self, feed: RankFeed) -> None:
@@ -270,6 +317,8 @@ class RankFeeds:
         return "killed", ended
 
     def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
         self._exits.close()
         self._sink.close()
         self._nvml.close()

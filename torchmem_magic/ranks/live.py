@@ -18,7 +18,7 @@ from ..model import Clock, RankSummary, VerdictName
 from ..report import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose
 from ..resources import RAM, VRAM
 from ..units import format_bytes, rate_unit
-from .feed import RankFeed, rank_numbers
+from .feed import RankFeed, died_of, rank_numbers
 from ..merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0
@@ -62,15 +62,7 @@ def _died(feed: RankFeed) -> str | None:
     """How a rank that stopped streaming without its final message ended (None: it is running or finished)."""
     if feed.final is not None or feed.exit is None or not feed.exit.abnormal:
         return None  # an exit code 0 without the final message yet: it is finishing
-    exit_info = feed.exit
-    if exit_info.signal_number is not None:
-        import signal
-
-        try:
-            return signal.Signals(exit_info.signal_number).name
-        except ValueError:
-            return f"signal {exit_info.signal_number}"
-    return f"exit code {exit_info.exit_code}"
+    return died_of(feed)
 
 
 def judge_rank(feed: RankFeed, rank: int) -> RankLive:

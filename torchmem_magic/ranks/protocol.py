@@ -7,7 +7,8 @@ the same `assemble_report` a single process uses, so a rank that finished and on
 SIGKILLed (whose evidence stops at its last message) are judged by one path.
 
 Messages (`"k"` is the kind; every message carries the sender's `pid`):
-- `hello`: who the rank is (rank, local rank, host), when it started, its interval and RAM limit.
+- `hello`: who the rank is (rank, local rank, host), when it started, its interval and RAM limit;
+  for a rank of a multi-node torchrun job also `job`, where its job's store is (`job.JobStore.fields`).
 - `events`: timeline events in order (`["t", row]` a background row, `["s", row]` a step row,
   `["r"]` step rows restart for a better clock, `["p", t_s, loader, steps]` a loader pass), the
   clock counts so far, and how many events a full buffer dropped.

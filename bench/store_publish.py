@@ -1,0 +1,75 @@
+"""What keeping a rank's summary in its job's store costs that rank: CPU seconds per second of run.
+
+A real session trains a small MLP in this process (one optimizer step every few ms, the leaking
+pattern: each step's output kept) while a `StorePublishing` of a two-node job writes its summary to
+a TCPStore served here, as a rank of a multi-node torchrun job does. Reported: the sampler thread's
+seconds assembling the summaries, the publisher thread's seconds writing them, both per second of
+run and per summary, and the size of one summary on the wire.
+
+Run: python bench/store_publish.py [SECONDS]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from torch.distributed import TCPStore
+
+from torchmem_magic.agent.publish import StorePublishing
+from torchmem_magic.options import SessionOptions
+from torchmem_magic.ranks.job import JobStore
+from torchmem_magic.session import MemwatchSession
+
+
+class _Publishing:
+    """The session's listener, as the rank agent drives it."""
+
+    tick_period_s = 0.25
+
+    def __init__(self, publishing: StorePublishing) -> None:
+        self.publishing = publishing
+        self.sizes: list[int] = []
+
+    def on_tick(self, view) -> None:  # type: ignore[no-untyped-def]
+        self.publishing.on_tick(view)
+
+    def on_finish(self, view, report) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+
+def main(seconds: float) -> None:
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    job = JobStore("127.0.0.1", server.port, "bench", 0, 2, 1, 0)
+    publishing = StorePublishing(job, rank=0, local_rank=0)
+    listener = _Publishing(publishing)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    session = MemwatchSession(SessionOptions(100, watch_ranks=False), listener=listener)
+    publishing.start()
+    started = time.perf_counter()
+    with session:
+        while time.perf_counter() - started < seconds:
+            out = model(torch.randn(64, 256))
+            loss = out.pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            kept.append(out)
+            time.sleep(0.002)
+    wall_s = time.perf_counter() - started
+    publishing.finish(session.report)
+    written = publishing.publisher.written
+    size = len(server.get(job.summary_key(0)))
+    build, write = publishing.build_s, publishing.publisher.cpu_s
+    print(f"{wall_s:.1f} s run, {session.steps} steps, {written} summaries written ({size:,} B each, the final one)")
+    print(f"assembling (sampler thread): {build * 1e3 / wall_s:.2f} ms CPU per s of run, "
+          f"{build * 1e3 / max(1, written - 1):.2f} ms per summary")
+    print(f"writing (publisher thread, its connect included): {write * 1e3 / wall_s:.3f} ms CPU per s of run")
+    print(f"together: {(build + write) / wall_s * 100:.2f}% of one core")
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 20.0)

@@ -1,0 +1,133 @@
+"""The watcher's reader of its job's store: every rank's latest summary, kept when the store goes.
+
+Started once a rank of this node names a multi-node job. Its thread reads every rank's key about
+once a second, and every READ_ENDING_PERIOD_S once this node's ranks have finished: the other
+nodes' final summaries arrive then, and the store (served by node 0's launcher) lives only until
+every node's launcher is done. It stops reading once every rank's final summary is in, or at the
+first failure (one line in `problem`, unless it only marks the job's end). What it last read stays:
+a rank whose summaries stopped arriving keeps its last figures, with its status (`job.remote_status`).
+It also writes the deaths this node's watcher witnessed, for the other nodes' reports.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import replace
+
+from ..model import RankSummary
+from .job import PUBLISH_PERIOD_S, JobStore, Published, decode_deaths, decode_summary, encode_death, remote_status
+from .store_client import StoreClient, StoreUnavailable
+
+READ_ENDING_PERIOD_S = 0.02
+
+
+class RemoteRanks:
+    """Every rank's summary from the job's store, as this watcher last read it."""
+
+    def __init__(self, job: JobStore, clock: Callable[[], float]) -> None:
+        self.job = job
+        self._clock = clock  # the watcher's seconds (those of its feeds' `last_seen_s`)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._ending = False
+        self._latest: dict[int, Published] = {}
+        self._changed_s: dict[int, float] = {}  # rank -> when its key last changed, in the watcher's seconds
+        self._deaths: dict[int, str | None] = {}
+        self._to_report: list[tuple[int, str | None]] = []  # deaths seen here, not yet written
+        self._reported: set[int] = set()
+        self.problem: str | None = None
+        self.lost = False  # the store can no longer be read
+        self.reads = 0
+        self._thread = threading.Thread(target=self._run, name="torchmem_magic-store-reader", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def ending(self) -> None:
+        """This node's ranks are done: read often now, until the others' final summaries are in."""
+        self._ending = True
+        self._wake.set()
+
+    def report_death(self, rank: int, ended: str | None) -> None:
+        """A rank of this node died without finishing: tell the other nodes (once)."""
+        with self._lock:
+            if rank in self._reported:
+                return
+            self._reported.add(rank)
+            self._to_report.append((rank, ended))
+        self._wake.set()
+
+    def _run(self) -> None:
+        try:
+            client = StoreClient(self.job.host, self.job.port)
+        except StoreUnavailable as exc:
+            self.problem, self.lost = str(exc), True
+            return
+        except Exception as exc:  # no torch.distributed in the watcher's Python, say
+            self.problem, self.lost = f"the job's store cannot be used ({type(exc).__name__}: {exc})", True
+            return
+        client.quiet = True  # this is the watcher's own process: torch's warning of a failed call is our one line
+        keys = [self.job.summary_key(rank) for rank in range(self.job.world_size)]
+        try:
+            while not self._stop.is_set():
+                self._write_deaths(client)
+                self._read(client, keys)
+                if self._all_final():
+                    return
+                self._wake.wait(READ_ENDING_PERIOD_S if self._ending else PUBLISH_PERIOD_S)
+                self._wake.clear()
+        except StoreUnavailable as exc:
+            self.lost = True
+            if not self._ending:  # the store goes with the job: only a loss mid-run is worth a line
+                self.problem = str(exc)
+        finally:
+            client.close()
+
+    def _write_deaths(self, client: StoreClient) -> None:
+        with self._lock:
+            pending, self._to_report = self._to_report, []
+        for rank, ended in pending:
+            client.append(self.job.events_key, encode_death(rank, ended))
+
+    def _read(self, client: StoreClient, keys: list[str]) -> None:
+        values = client.read([*keys, self.job.events_key])
+        now_s = self._clock()
+        with self._lock:
+            self.reads += 1
+            if self.job.events_key in values:
+                self._deaths = decode_deaths(values.pop(self.job.events_key))
+            for value in values.values():
+                published = decode_summary(value)
+                if published is None:
+                    continue
+                rank = published.summary.rank
+                before = self._latest.get(rank)
+                if before is None or before.seq != published.seq:
+                    self._changed_s[rank] = now_s
+                self._latest[rank] = published
+
+    def _all_final(self) -> bool:
+        with self._lock:
+            return len(self._latest) >= self.job.world_size and all(p.final for p in self._latest.values())
+
+    def summaries(self, skip: Collection[int] = ()) -> tuple[RankSummary, ...]:
+        """Every rank read so far but those in `skip` (this node's, known in full from their stream),
+        with its status as this watcher knows it and `last_seen_s` when its key last changed."""
+        now_s = self._clock()
+        with self._lock:
+            out = []
+            for rank, published in sorted(self._latest.items()):
+                if rank in skip:
+                    continue
+                changed_s = self._changed_s.get(rank, now_s)
+                status, ended = remote_status(published, now_s - changed_s, self.lost, self._deaths)
+                out.append(replace(published.summary, status=status, ended=ended, last_seen_s=changed_s))
+            return tuple(out)
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
