@@ -30,7 +30,7 @@ from torchmem_magic import MemwatchSession  # noqa: E402
 from torchmem_magic.scan.memo import ScanMemo, scan_reusing  # noqa: E402
 from torchmem_magic.scan.results import Root  # noqa: E402
 from torchmem_magic.scan.scanner import scan_roots  # noqa: E402
-from torchmem_magic.session import END_SCAN_BUDGET  # noqa: E402
+from torchmem_magic.leak_finder import END_SCAN_BUDGET  # noqa: E402
 from torchmem_magic.options import SessionOptions
 
 PACKAGE = str(Path(__import__("torchmem_magic").__file__).parent)

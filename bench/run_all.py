@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cell_cost  # noqa: E402
 import costs  # noqa: E402
 import holder_tracking  # noqa: E402
+import live_cost  # noqa: E402
 import overhead  # noqa: E402
 import own_memory  # noqa: E402
 import peers  # noqa: E402
@@ -34,6 +35,7 @@ PAGES = {
     "verdicts": DOCS / "verdicts.md",
     "ranks": DOCS / "benchmarks.md",
     "peers": DOCS / "benchmarks.md",
+    "live": DOCS / "benchmarks.md",
 }
 
 
@@ -104,6 +106,12 @@ def render() -> str:
         f"{scan_speed.collect_s():.2f} s.",
     ]
     return "\n".join(lines)
+
+
+def render_live() -> str:
+    """The live view's cost on a full timeline, and its redraws over a simulated day (~13 min to run)."""
+    runs = [live_cost.simulated_run(24.0, 1000.0), live_cost.simulated_run(50 / 3600, 10.0)]
+    return live_cost.render(live_cost.full_timeline_costs(), runs)
 
 
 def render_holders() -> str:
@@ -225,7 +233,7 @@ def write_tables(tables: dict[str, str]) -> None:
 def main() -> None:
     """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
     makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks,
-              "peers": peers.render}
+              "peers": peers.render, "live": render_live}
     wanted = sys.argv[1:] or list(makers)
     unknown = set(wanted) - set(makers)
     if unknown:
