@@ -55,6 +55,10 @@ def _autograd_sequence_nr() -> int:
         return 0
 
 
+def _never(step: int) -> bool:
+    return False
+
+
 class LeakFinder:
     """One run's scans (see the module's docstring); `memo` carries names' scans from run to run."""
 
@@ -69,6 +73,9 @@ class LeakFinder:
         self._baseline: dict[str, int] = {}
         self._places_before: dict[str, dict[str, int]] = {}  # where each name kept its tensors before the run
         self._tracker: HolderTracker | None = None
+        #: whether a scan is due at a step: the tracker's own check once started (the session calls it at
+        #: every step, so it is the tracker's bound method itself, not a method of ours in between)
+        self.scan_due: Callable[[int], bool] = _never
         self._final_series: HolderSeries = {}
         self.first_named_step: int | None = None  # when the live status line first named a holder
         self.on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
@@ -106,6 +113,7 @@ class LeakFinder:
             self._roots, self._baseline, set(self.start_scan.cheap), self.start_scan.cost_s,
             sequence_floor=_autograd_sequence_nr(),
         )
+        self.scan_due = self._tracker.due
 
     def forked_search(self) -> dict[str, Any]:
         """What a rank forked from this process looks for (RankSettings' fields): the same roots, the
@@ -115,9 +123,13 @@ class LeakFinder:
     # ---------------------------------------------------------------- during the run (training thread)
     def at_step(self, step: int) -> None:
         """Cheap unless a scan is due: then the holders are measured now, between two steps."""
-        tracker = self._tracker
-        if tracker is not None and tracker.due(step):
-            tracker.scan(step)
+        if self.scan_due(step):
+            self.scan(step)
+
+    def scan(self, step: int) -> None:
+        """Measure the holders now, at `step` (when `scan_due(step)` said so)."""
+        if self._tracker is not None:
+            self._tracker.scan(step)
 
     def restart(self) -> None:
         """A better step clock replaced the current one: the steps recorded so far mean something else."""
@@ -182,6 +194,7 @@ class LeakFinder:
             if not self._final_series:
                 self._final_series = self._tracker.snapshot()
         self._roots = self._tracker = None
+        self.scan_due = _never
 
     # ---------------------------------------------------------------- what observers read (any thread)
     @property

@@ -133,6 +133,9 @@ class MemwatchSession:
         guard, /dev/shm too, for its check); a step not sampled reads nothing."""
         __tracebackhide__ = True
         steps = self.step_counter
+        if clock in steps.lesser:  # e.g. the backward pass of a loop with an optimizer: counted, no more
+            steps.counts[clock] += 1
+            return
         generation = steps.generation
         step = steps.count(clock, self._hooks.current_loader if self._hooks is not None else None)
         if step is None:
@@ -141,8 +144,9 @@ class MemwatchSession:
             self._clock_replaced()
         if self.requests.pending:
             self.requests.run(step)
-        if self.finder is not None:
-            self.finder.at_step(step)
+        finder = self.finder
+        if finder is not None and finder.scan_due(step):
+            finder.scan(step)
         if steps.sampling.due():
             self._sample_step(step)
 

@@ -30,6 +30,9 @@ class StepRequests:
         self._on_error = on_error
         self._raise: BaseException | None = None  # raised at the next step, once
         self.open = False  # while the run goes on: what is asked then runs at the next step
+        #: whether `run` has something to do: a plain attribute, read at every step (a property and the
+        #: Event's own method would be two Python calls there); set after what it announces is in place
+        self.pending = False
 
     def start(self) -> None:
         self.open = True
@@ -40,21 +43,22 @@ class StepRequests:
 
     def request(self, action: Callable[[], None]) -> None:
         self._actions.append(action)
+        self.pending = True
 
     def request_stop(self) -> None:
         self._stop.set()
+        self.pending = True
 
     def raise_at_step(self, exc: BaseException) -> None:
         """Raise `exc` in the training thread at the next step (after any queued actions)."""
         self._raise = exc
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._actions) or self._stop.is_set() or self._raise is not None
+        self.pending = True
 
     def run(self, step: int) -> None:
-        """Run what was asked; an action's failure goes to `on_error`, never into the loop."""
+        """Run what was asked; an action's failure goes to `on_error`, never into the loop. The flag is
+        lowered before the queue is read: what another thread asks meanwhile raises it again."""
         __tracebackhide__ = True
+        self.pending = False
         while self._actions:
             action = self._actions.popleft()
             try:

@@ -55,6 +55,9 @@ class StepCounter:
         self.counts: dict[Clock, int] = dict.fromkeys(STEP_CLOCKS, 0)
         self.clock: Clock = "time"
         self.generation = 0  # bumped when a better clock replaces the current one
+        #: the clocks ranked below the current one, whose steps are only counted (a loop's backward passes
+        #: once its optimizer stepped): the session counts them without a call, at every step
+        self.lesser: frozenset[Clock] = frozenset()
         self._filed_generation = 0
         self._loader_credits: dict[tuple[Clock, int], int] = {}  # steps of each clock made on each loader's batches
         self.sampling = StepSamplingPolicy()
@@ -76,6 +79,7 @@ class StepCounter:
             if self.clock != "time" and STEP_CLOCKS.index(clock) > STEP_CLOCKS.index(self.clock):
                 return None
             self.clock = clock
+            self.lesser = frozenset(STEP_CLOCKS[STEP_CLOCKS.index(clock) + 1 :])
             self.generation += 1
             self.sampling = StepSamplingPolicy()
         if loader is not None:  # the steps made on each loader's batches tell the training loader

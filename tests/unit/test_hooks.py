@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 import torch
 from torch.nn.modules import module as nn_module
@@ -93,6 +96,31 @@ def test_callback_errors_never_reach_the_loop() -> None:
     with hooks:
         _train(torch.optim.SGD, 2, lr=0.1)
     assert hooks.errors.count == 5 and "bad probe" in hooks.errors.last  # 1 forward, 2 backward, 2 steps
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_steps_in_a_process_forked_later_go_to_its_watcher_not_to_this_session() -> None:
+    # the hooks learn of the fork from an at-fork handler, not from a pid read at every step
+    ticks: list[str] = []
+    foreign: list[object] = []
+    hooks = TrainingHooks(ticks.append, lambda loader_pass: None, lambda h, clock: foreign.append(clock))
+    read_end, write_end = os.pipe()
+    with hooks:
+        _train(torch.optim.SGD, 1, lr=0.1)
+        pid = os.fork()
+        if pid == 0:  # the child: one more step, then say what each callback saw
+            try:
+                _train(torch.optim.SGD, 1, lr=0.1)
+                os.write(write_end, json.dumps([ticks.count("optimizer"), foreign]).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as reader:
+            seen_in_child = json.loads(reader.read())
+        os.waitpid(pid, 0)
+        _train(torch.optim.SGD, 1, lr=0.1)
+    assert seen_in_child == [1, ["backward", "optimizer"]]  # the child's own steps went to its watcher
+    assert ticks.count("optimizer") == 2 and ticks.count("backward") == 2
 
 
 def test_removed_on_exception_and_idempotent() -> None:

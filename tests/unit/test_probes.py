@@ -294,7 +294,7 @@ def test_the_tree_probe_records_how_an_announced_worker_ended() -> None:
         probe.close()
 
 
-def test_shm_is_read_at_most_every_tenth_of_a_second_while_no_worker_fills_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_shm_is_read_at_most_every_half_second_while_no_worker_fills_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from torchmem_magic.probes import shm as shm_module
 
     now = [0.0]
@@ -304,9 +304,9 @@ def test_shm_is_read_at_most_every_tenth_of_a_second_while_no_worker_fills_it(mo
     monkeypatch.setattr(shm_module.os, "statvfs", lambda path: (calls.append(path), real_statvfs(path))[1])
     probe.idle = True
     first = probe.read()
-    now[0] = 0.05
-    assert probe.read() == first and len(calls) == 1  # the sampler at a 10 ms interval reuses it
-    now[0] = 0.11
+    now[0] = 0.4
+    assert probe.read() == first and len(calls) == 1  # the sampler at the 100 ms default reuses it
+    now[0] = 0.51
     probe.read()
     assert len(calls) == 2
     probe.idle = False  # DataLoader workers alive: every reading is fresh
@@ -322,6 +322,26 @@ def test_the_heap_is_read_without_letting_go_of_the_gil() -> None:
         pytest.skip(probe.unavailable_reason or "no heap counters")
     # a call that let go of the GIL would wait up to a switch interval to take it back from the training thread
     assert probe._mallinfo2._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]
+
+
+def test_proc_files_are_read_without_letting_go_of_the_gil() -> None:
+    import ctypes
+
+    from torchmem_magic.probes import procfs
+
+    libc = procfs._libc()
+    if libc is None:
+        pytest.skip("no libc to call")
+    # each read that let go of the GIL would block the training thread once more to get it back
+    assert all(fn._flags_ & ctypes._FUNCFLAG_PYTHONAPI for fn in (libc.pread, libc.open, libc.close))  # type: ignore[attr-defined]
+    reader = procfs.ProcReader(128)
+    with open("/proc/self/statm", "rb") as statm:
+        assert reader.read_fd(statm.fileno()).split()[:1] == os.pread(statm.fileno(), 128, 0).split()[:1]
+    assert reader.read_path("/proc/self/statm").count(b" ") == 6
+    with pytest.raises(FileNotFoundError):
+        reader.read_path("/proc/self/no-such-file")
+    with pytest.raises(OSError):
+        reader.read_fd(-1)
 
 
 _LAUNCHER = """

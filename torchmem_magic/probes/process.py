@@ -20,9 +20,14 @@ import psutil
 from ..resources import RAM, RSS, WORKERS, WORKER_COUNT
 from ..forensics import WorkerExit
 from .base import Reading
+from .procfs import ProcReader
 
 PAGE_BYTES: int = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _HAS_PROC = os.path.exists("/proc/self/statm")
+#: /proc reads that keep the GIL (see procfs): statm is a line of 7 numbers; a thread's children file
+#: lists pids, so its buffer holds thousands
+_STATM = ProcReader(128)
+_CHILDREN = ProcReader(65536)
 
 
 class RssReader:
@@ -50,7 +55,7 @@ class RssReader:
         """Current RSS, or None once the process is gone (a zombie reads as gone too)."""
         if self._fd is not None:
             try:
-                fields = os.pread(self._fd, 128, 0).split()
+                fields = _STATM.read_fd(self._fd).split()
             except OSError:
                 return None
             pages = int(fields[1]) if len(fields) > 1 else 0
@@ -127,8 +132,7 @@ def descendant_pids(pid: int) -> set[int]:
             continue  # exited meanwhile
         for tid in tids:
             try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
-                    children = f.read().split()
+                children = _CHILDREN.read_path(f"/proc/{parent}/task/{tid}/children").split()
             except OSError:
                 continue  # the thread or process exited meanwhile
             for child in map(int, children):

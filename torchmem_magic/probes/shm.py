@@ -26,7 +26,9 @@ class ShmProbe:
     name: str = "shm"
     columns: tuple[str, ...] = (SHM.column,)
 
-    IDLE_PERIOD_S = 0.1  # how often `read` reads when `idle` (nothing fills it but other programs)
+    #: how often `read` reads when `idle` (nothing fills it but other programs): each statvfs lets go of
+    #: the GIL, and getting it back blocks the training thread once more (see probes/procfs)
+    IDLE_PERIOD_S = 0.5
 
     def __init__(self, path: str = "/dev/shm", clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path

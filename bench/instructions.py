@@ -1,0 +1,485 @@
+"""Where memwatch's overhead on a Python-bound loop goes, in instructions (deterministic) and in A-B-A wall time.
+
+Wall-clock overhead on a shared 2-core machine moves by several percent between identical runs; the
+instructions a step executes do not. Each configuration runs the tiny MLP loop of `overhead.py` in a
+child process under `valgrind --tool=callgrind`; a small client-request library (built here with the
+system's C compiler and `valgrind/callgrind.h`) zeroes the counters after the warm-up and dumps them
+after the measured steps, so the figure is the measured steps' alone (no interpreter start, no import).
+Only the training thread is counted there: the sampler thread's cost is its instructions per reading
+(measured by calling the reading in a loop the same way) times the readings a step sees at full speed
+(step time / interval). The wall-clock part repeats the A-B-A rounds of `overhead.py` for the same
+configurations, so the two can be compared: what instructions do not account for is time the training
+thread spends elsewhere (waiting for the GIL, cache misses after a thread switch).
+
+Run: .venv/bin/python bench/instructions.py [--steps N] [--rounds R] [--no-wall] [--no-callgrind]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+CLIENT_SOURCE = r"""
+#include <valgrind/callgrind.h>
+void tm_zero(void) { CALLGRIND_ZERO_STATS; }
+void tm_dump(const char *what) { CALLGRIND_DUMP_STATS_AT(what); }
+"""
+
+#: what each configuration installs around the loop (in the order of the table)
+CONFIGS = (
+    "bare",
+    "optimizer hook, no-op",
+    "all step hooks, no-op callbacks",
+    "idle thread waking every 100 ms",
+    "memwatch -q, 100 ms",
+    "memwatch -q, 10 ms",
+)
+#: under callgrind the threads take turns at a 50x slower pace: a thread's wake-ups say nothing there, and
+#: a session's time-paced parts (step samples, scans, readings) come 50x too often per step; the session
+#: is measured part by part instead (COMPONENTS), each part's count per step taken from the timed runs
+CALLGRIND_CONFIGS = ("bare", "optimizer hook, no-op", "all step hooks, no-op callbacks")
+
+
+# ---------------------------------------------------------------------------------------------- the workload
+def make_step() -> Callable[[], None]:
+    """The tiny MLP step of `overhead.py` (Python-bound: ~0.2 ms, most of it torch's dispatch)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    batch = torch.randn(16, 32)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        model(batch).square().mean().backward()
+        optimizer.step()
+
+    return step
+
+
+@contextmanager
+def optimizer_hook_only() -> Iterator[None]:
+    """torch's global optimizer post-hook with a callback that does nothing: what the hook point costs."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: None)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def idle_thread(interval_s: float) -> Iterator[None]:
+    """A thread that wakes every `interval_s` and does nothing: what a wake-up costs the training thread."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(interval_s):
+            pass
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def config_context(config: str, step: Callable[[], None], records: Path) -> AbstractContextManager[Any]:
+    """The context a configuration's steps run in."""
+    if config == "bare":
+        return nullcontext()
+    if config == "optimizer hook, no-op":
+        return optimizer_hook_only()
+    if config == "all step hooks, no-op callbacks":
+        from torchmem_magic.hooks import TrainingHooks
+
+        return TrainingHooks(lambda clock: None, lambda loader_pass: None)
+    if config == "idle thread waking every 100 ms":
+        return idle_thread(0.1)
+    return memwatch_session(100.0 if "100 ms" in config else 10.0, step, records)
+
+
+def memwatch_session(interval_ms: float, step: Callable[[], None], records: Path) -> Any:
+    """A session as `%%memwatch -q` makes one: the leak finder on what the step holds, the flight recorder."""
+    from torchmem_magic import MemwatchSession
+    from torchmem_magic.flight.recorder import FlightRecorder
+    from torchmem_magic.leak_finder import LeakSearch
+    from torchmem_magic.options import SessionOptions
+    from torchmem_magic.scan.results import Root
+
+    search = LeakSearch(lambda: [Root("train_step", "user", "train_step", step)])
+    recorder = FlightRecorder("bench", directory=records)
+    return MemwatchSession(SessionOptions(interval_ms), search=search, recorder=recorder)
+
+
+# ---------------------------------------------------------------------------------------------- callgrind
+def client_library(directory: Path) -> ctypes.CDLL | None:
+    """The zero/dump client requests as a shared library (None without a C compiler or callgrind.h)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None or not Path("/usr/include/valgrind/callgrind.h").exists():
+        return None
+    source, library = directory / "tm_callgrind.c", directory / "tm_callgrind.so"
+    if not library.exists():
+        source.write_text(CLIENT_SOURCE)
+        subprocess.run([compiler, "-O1", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    return ctypes.CDLL(str(library))
+
+
+def child(config: str, steps: int, warmup_steps: int, client_dir: Path) -> None:
+    """Under callgrind: warm up inside the configuration, count `steps` steps, print what the run saw."""
+    import torch
+
+    torch.set_num_threads(1)
+    client = client_library(client_dir)
+    assert client is not None
+    records = Path(tempfile.mkdtemp(prefix="torchmem-instr-records-"))
+    if config == "components":
+        return child_components(steps, client, records)
+    step = make_step()
+    for _ in range(20):
+        step()
+    context = config_context(config, step, records)
+    with context:
+        for _ in range(warmup_steps):
+            step()
+        facts_before = session_facts(context)
+        client.tm_zero()
+        for _ in range(steps):
+            step()
+        client.tm_dump(b"measured steps")
+        facts_after = session_facts(context)
+    print(json.dumps({"before": facts_before, "after": facts_after}))
+
+
+#: the parts of memwatch's cost measured one by one (each a dump of its own, in this order)
+COMPONENTS = (
+    "bare step",
+    "step in a session, nothing due",
+    "optimizer tick, not sampled",
+    "optimizer tick, sampled",
+    "holder scan",
+    "sampler reading",
+    "flight record flush after 5 readings",
+    "bare step, after the session",
+)
+
+
+def child_components(calls: int, client: ctypes.CDLL, records: Path) -> None:
+    """Each part of a session's cost, called `calls` times (scans: a tenth of that) between a zeroing and
+    a dump of the counters: instructions per call, whatever the machine's speed."""
+    step = make_step()
+    for _ in range(84):
+        step()
+
+    def measure(name: str, fn: Callable[[], None], n: int) -> None:
+        fn()  # warm
+        client.tm_zero()
+        for _ in range(n):
+            fn()
+        client.tm_dump(name.encode())
+        counts[name] = n
+
+    counts: dict[str, int] = {}
+    measure("bare step", step, calls)
+    session = memwatch_session(10_000.0, step, records)  # its thread wakes once in 10 s: asleep here
+    with session:
+        for _ in range(84):
+            step()  # past the dense start of 64 sampled steps
+        sampling, tracker = session.step_counter.sampling, session.finder._tracker
+        nothing_due(session)
+        measure("step in a session, nothing due", step, calls)
+        hooks = session._hooks
+        measure("optimizer tick, not sampled", lambda: hooks._after_optimizer_step(None, (), {}), calls)
+
+        def sampled_tick() -> None:
+            sampling.sample_next()
+            hooks._after_optimizer_step(None, (), {})
+
+        measure("optimizer tick, sampled", sampled_tick, calls)
+        nothing_due(session)
+        measure("holder scan", lambda: tracker.scan(session.steps), max(calls // 10, 5))
+        measure("sampler reading", session._background_row, calls)
+        recorder, view = session.recorder, session.view
+
+        def flush_after_readings() -> None:
+            for _ in range(5):
+                session.timeline.by_time.append(session._background_row())
+            recorder._flush(view)
+
+        measure("flight record flush after 5 readings", flush_after_readings, max(calls // 10, 5))
+    measure("bare step, after the session", step, calls)  # A-B-A within the process: the heap moved meanwhile
+    print(json.dumps({"calls": counts}))
+
+
+def nothing_due(session: Any) -> None:
+    """No step sample, no scan, no request for a long while: what every other step costs."""
+    sampling, tracker = session.step_counter.sampling, session.finder._tracker
+    sampling.stride = sampling._countdown = 10**9
+    tracker._next_scan_s = tracker._budget_ready_s = float("inf")
+    tracker._next_scan_step = 10**9
+
+
+def session_facts(context: Any) -> dict[str, Any]:
+    """What a session did so far (events to rate per step); empty for the other configurations."""
+    sampler = getattr(context, "_sampler", None)
+    if sampler is None:
+        return {}
+    tracker = getattr(context.finder, "_tracker", None)
+    recorder = context.recorder
+    return {
+        "steps": context.steps,
+        "step_samples": len(context.timeline.by_step) + len(context.step_counter._rows),
+        "stride": context.step_counter.sampling.stride,
+        "readings": sampler.samples,
+        "scans": getattr(tracker, "scans", 0),
+        "record_bytes": getattr(recorder, "bytes_written", 0),
+    }
+
+
+def run_callgrind(config: str, steps: int, warmup_steps: int, work: Path) -> dict[str, Any]:
+    """One configuration under callgrind: the instructions of each dump, on the training thread."""
+    out = work / f"cg-{len(list(work.glob('cg-*')))}"
+    out.mkdir()
+    command = [
+        "valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}/cg.out",
+        sys.executable, __file__, "--child", config, str(steps), str(warmup_steps), str(work),
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{config}: {done.stderr[-3000:]}")
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    dumps = {trigger(part): (total_instructions(part), str(part)) for part in training_thread_dumps(out)}
+    return {"config": config, "dumps": dumps, **facts}
+
+
+def training_thread_dumps(out: Path) -> list[Path]:
+    """The client requests' dumps of the training thread (parts 1, 2, ... of thread 1), in order."""
+    parts = [p for p in out.glob("cg.out.*-01") if p.name.split(".")[-1].split("-")[0].isdigit()]
+    if not parts:
+        raise RuntimeError(f"no callgrind dump in {out}: {sorted(p.name for p in out.iterdir())}")
+    return sorted(parts, key=lambda p: int(p.name.split(".")[-1].split("-")[0]))
+
+
+def trigger(part: Path) -> str:
+    with part.open() as lines:
+        for line in lines:
+            if line.startswith("desc: Trigger: Client Request: "):
+                return line.split(": ", 3)[-1].strip()
+    return part.name
+
+
+def total_instructions(part: Path) -> int:
+    with part.open() as lines:
+        for line in lines:
+            if line.startswith("summary:"):  # the dump's events ("totals" also counts the frames open at the zeroing)
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals in {part}")
+
+
+def top_functions(part: Path, limit: int = 25) -> list[tuple[int, str]]:
+    """(self instructions, function) of the dump's costliest functions (callgrind_annotate)."""
+    done = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(part)], capture_output=True, text=True, check=True)
+    rows = []
+    for line in done.stdout.splitlines():
+        fields = line.strip().split(None, 2)
+        if len(fields) == 3 and fields[0].replace(",", "").isdigit() and "PROGRAM TOTALS" not in fields[2]:
+            rows.append((int(fields[0].replace(",", "")), fields[2].split(" [")[0]))
+    return rows[:limit]
+
+
+# ---------------------------------------------------------------------------------------------- wall time
+def wall_step_s(step: Callable[[], None], steps: int, config: str, records: Path) -> dict[str, Any]:
+    """Wall and process CPU seconds per step of `steps` timed steps, after half as many untimed ones
+    inside the configuration (the dense start and the first scans fall there), and the session's
+    events in the timed part."""
+    for _ in range(20):
+        step()
+    context = config_context(config, step, records)
+    with context:
+        for _ in range(steps // 2):
+            step()
+        before = session_facts(context)
+        wall0, cpu0, thread0 = time.perf_counter(), time.process_time(), time.thread_time()
+        for _ in range(steps):
+            step()
+        wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+        thread_s = time.thread_time() - thread0
+        after = session_facts(context)
+    events = {key: after[key] - before[key] for key in after if key != "stride"}
+    return {"wall_s": wall_s / steps, "cpu_s": cpu_s / steps, "thread_s": thread_s / steps, "events": events}
+
+
+def aba(configs: tuple[str, ...], rounds: int, steps: int) -> dict[str, dict[str, Any]]:
+    """A-B-A rounds per configuration: median and quartiles of config / mean(the two bare runs around
+    it), of wall time and of the process's CPU time; and the session's events per timed step."""
+    import torch
+
+    torch.set_num_threads(1)
+    step = make_step()
+    records = Path(tempfile.mkdtemp(prefix="torchmem-instr-records-"))
+    rows: dict[str, dict[str, Any]] = {}
+    bare_s: list[float] = []
+    for config in configs:
+        if config == "bare":
+            continue
+        ratios: dict[str, list[float]] = {"wall_s": [], "thread_s": [], "cpu_s": []}
+        events = []
+        for _ in range(rounds):
+            before = wall_step_s(step, steps, "bare", records)
+            timed = wall_step_s(step, steps, config, records)
+            after = wall_step_s(step, steps, "bare", records)
+            bare_s += [before["wall_s"], after["wall_s"]]
+            for key, values in ratios.items():
+                values.append(timed[key] / ((before[key] + after[key]) / 2))
+            events.append(timed["events"])
+        rows[config] = {
+            "wall": percent_quartiles(ratios["wall_s"]), "thread": percent_quartiles(ratios["thread_s"]),
+            "cpu": percent_quartiles(ratios["cpu_s"]),
+            "events_per_step": {key: statistics.median(e[key] for e in events) / steps for key in events[0]},
+        }
+    rows["bare"] = {"step_s": statistics.median(bare_s)}
+    return rows
+
+
+def percent_quartiles(ratios: list[float]) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile) of ratios, as percent above 1."""
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return ((statistics.median(ratios) - 1) * 100, (q[0] - 1) * 100, (q[2] - 1) * 100)
+
+
+# ---------------------------------------------------------------------------------------------- the tables
+def instruction_counts(configs: list[str], steps: int, warmup_steps: int, calls: int) -> dict[str, Any]:
+    """Instructions per step of each configuration (training thread), and per call of each component."""
+    work = Path(tempfile.mkdtemp(prefix="torchmem-instr-"))
+    if client_library(work) is None or shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind, valgrind/callgrind.h and a C compiler")
+    per_step = {}
+    for config in configs:
+        run = run_callgrind(config, steps, warmup_steps, work)
+        instructions, _ = run["dumps"]["measured steps"]
+        per_step[config] = {"per_step": instructions / steps, "facts": run["after"], "file": run["dumps"]["measured steps"][1]}
+        print(f"# {config}: {instructions / steps:,.0f} instructions per step", file=sys.stderr)
+    components = run_callgrind("components", calls, 0, work)
+    per_call = {name: components["dumps"][name][0] / n for name, n in components["calls"].items()}
+    files = {name: components["dumps"][name][1] for name in components["calls"]}
+    return {"per_step": per_step, "per_call": per_call, "files": files}
+
+
+def component_rows(per_call: dict[str, float], events_per_step: dict[str, float], interval_s: float) -> list[tuple[str, float, float]]:
+    """(part, instructions per event, events per step) of a session's cost at full speed."""
+    step_s = events_per_step.get("step_s", 0.0)
+    reading = per_call["sampler reading"]
+    bare = bare_step(per_call)
+    return [
+        ("step hooks and tick, nothing due", per_call["step in a session, nothing due"] - bare, 1.0),
+        ("step sample (extra over a tick)", per_call["optimizer tick, sampled"] - per_call["optimizer tick, not sampled"], events_per_step.get("step_samples", 0.0)),
+        ("holder scan", per_call["holder scan"], events_per_step.get("scans", 0.0)),
+        ("sampler reading (sampler thread)", reading, events_per_step.get("readings", step_s / interval_s)),
+        ("flight record flush (sampler thread)", per_call["flight record flush after 5 readings"] - 5 * reading, step_s / 0.5),
+    ]
+
+
+def bare_step(per_call: dict[str, float]) -> float:
+    """A bare step's instructions: the mean of the steps before and after the session, in the same process."""
+    return (per_call["bare step"] + per_call.get("bare step, after the session", per_call["bare step"])) / 2
+
+
+def print_tables(counts: dict[str, Any] | None, walls: dict[str, dict[str, Any]]) -> None:
+    bare_step_s = walls.get("bare", {}).get("step_s", 219e-6)
+    if counts is None:
+        for config, wall in walls.items():
+            if config != "bare":
+                print(f"{config}: A-B-A wall {pct(wall, 'wall')}, training thread CPU {pct(wall, 'thread')}, process CPU {pct(wall, 'cpu')}, events per step {wall['events_per_step']}")
+    else:
+        bare = bare_step(counts["per_call"])
+        print("\n**Instructions per step** (training thread, callgrind) and A-B-A (wall, process CPU; median and quartiles):\n")
+        print("| configuration | instructions/step | vs bare | A-B-A wall | A-B-A training thread CPU | A-B-A process CPU |")
+        print("|---|---|---|---|---|---|")
+        whole = counts["per_step"].get("bare", {}).get("per_step") or bare
+        for config in CONFIGS:
+            row = counts["per_step"].get(config)
+            wall = walls.get(config)
+            instr = "—" if row is None else f"{row['per_step']:,.0f}"
+            vs = "—" if row is None else f"{(row['per_step'] / whole - 1) * 100:+.2f}%"
+            print(f"| {config} | {instr} | {vs} | {pct(wall, 'wall')} | {pct(wall, 'thread')} | {pct(wall, 'cpu')} |")
+        print("\n**Components** (instructions per call, callgrind):\n")
+        print("| part | instructions per call |")
+        print("|---|---|")
+        for name, value in counts["per_call"].items():
+            print(f"| {name} | {value:,.0f} |")
+        for config in ("memwatch -q, 100 ms", "memwatch -q, 10 ms"):
+            wall = walls.get(config)
+            events = dict(wall["events_per_step"]) if wall else {}
+            events["step_s"] = bare_step_s
+            interval_s = 0.1 if "100 ms" in config else 0.01
+            rows = component_rows(counts["per_call"], events, interval_s)
+            total = sum(cost * rate for _, cost, rate in rows)
+            print(f"\n**{config}: the parts at full speed** (events per step from the timed runs; bare step {bare:,.0f} instructions, {bare_step_s * 1e6:.0f} µs):\n")
+            print("| part | instructions per event | events per step | instructions per step | share of a bare step |")
+            print("|---|---|---|---|---|")
+            for name, cost, rate in rows:
+                print(f"| {name} | {cost:,.0f} | {rate:.5f} | {cost * rate:,.0f} | {cost * rate / bare * 100:.3f}% |")
+            print(f"| total | | | {total:,.0f} | {total / bare * 100:.2f}% |")
+            if wall:
+                print(f"\nA-B-A: wall {pct(wall, 'wall')}, training thread CPU {pct(wall, 'thread')}, process CPU {pct(wall, 'cpu')}")
+
+
+def pct(row: dict[str, Any] | None, key: str) -> str:
+    if row is None or key not in row:
+        return "—"
+    median, low, high = row[key]
+    return f"{median:+.1f}% ({low:+.1f} … {high:+.1f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", nargs=4, metavar=("CONFIG", "STEPS", "WARMUP", "DIR"))
+    parser.add_argument("--steps", type=int, default=400, help="steps counted under callgrind per configuration")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=300, help="calls of each component under callgrind")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--wall-steps", type=int, default=6000)
+    parser.add_argument("--no-wall", action="store_true")
+    parser.add_argument("--no-callgrind", action="store_true")
+    parser.add_argument("--configs", nargs="*", default=list(CONFIGS), help="timed A-B-A")
+    parser.add_argument("--callgrind-configs", nargs="*", default=list(CALLGRIND_CONFIGS))
+    parser.add_argument("--annotate", action="store_true", help="print each dump's costliest functions")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if args.child:
+        config, steps, warmup, directory = args.child
+        return child(config, int(steps), int(warmup), Path(directory))
+    walls = {} if args.no_wall else aba(tuple(args.configs), args.rounds, args.wall_steps)
+    counts = None if args.no_callgrind else instruction_counts(args.callgrind_configs, args.steps, args.warmup, args.calls)
+    if args.json:
+        args.json.write_text(json.dumps({"walls": walls, "counts": counts}, indent=1))
+    if args.annotate and counts is not None:
+        for name, path in [*((c, r["file"]) for c, r in counts["per_step"].items()), *counts["files"].items()]:
+            print(f"== {name}")
+            for cost, function in top_functions(Path(path)):
+                print(f"{cost:>14,} {function}")
+    print_tables(counts, walls)
+
+
+if __name__ == "__main__":
+    main()
