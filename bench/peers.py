@@ -10,7 +10,14 @@ a trivial body minus a bare trivial cell, both timed by the client.
 A second table runs the leaking loop once more under each tool and checks its real output (stream
 text, displays, the files its iframes show) for a leak verdict, the holder's name, the kind of memory.
 
-Run: python bench/run_all.py peers (rewrites the peers section of docs/benchmarks.md); python bench/peers.py [--quick]
+A peer that launches the training script itself (TraceML: `traceml run train.py`, `SCRIPT_TOOLS`) cannot
+run in a kernel: the same loops go into a script instead, runs alternating `python train.py` and the
+peer's launcher, the loop timed from inside as in the kernel, the whole process by the client (its
+start-up cost is the extra wall time of a run with a trivial body).
+
+Run: python bench/run_all.py peers (rewrites the peers section of docs/benchmarks.md);
+python bench/peers.py [--quick] [--only NAME,NAME] (prints the tables; --only keeps the tools whose name
+contains one of the words, case-insensitive, memwatch's default always kept as the reference)
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ import json
 import os
 import queue
 import re
+import shutil
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +178,38 @@ def between(before: list[str], after: list[str], prefix: str = "") -> Callable[[
 MEMLAB_MLRUN_FUNC = re.compile(r"_t\[[^]]*\] = (\w+)\(")
 
 
+#: defined in the stormlog kernel: what `gpumemprof analyze track.json` does with a tracker's export (the
+#: telemetry events read back, `MemoryAnalyzer.generate_optimization_report`), printed as its report's fields,
+#: and the tracker's own RSS samples (first, last, peak), the growth it saw
+STORMLOG_REPORT = '''\
+def _stormlog_report(tracker, path="stormlog-track.json"):
+    from stormlog.telemetry import load_telemetry_events
+    tracker.export_events(path, format="json")
+    report = MemoryAnalyzer().generate_optimization_report(events=load_telemetry_events(path))
+    score = report["optimization_score"]
+    print(f"stormlog grade {score['grade']} ({score['score']}/100): {score['description']}; "
+          f"issues found: {score['issues_found']}")
+    for item in report["critical_issues"] + report["high_impact_insights"] + report["recommendations"]:
+        print("stormlog:", item.get("description"), "|", "; ".join(item.get("suggestions") or item.get("recommendations") or []))
+    for name, why in (report.get("analysis_availability") or {}).items():
+        print(f"stormlog {name}: {why.get('reason')}")
+    rss = [e.memory_allocated for e in tracker.get_events() if e.event_type == "sample"]
+    alerts = [e.context for e in tracker.get_events() if "alert" in e.event_type or "warning" in e.event_type]
+    print(f"stormlog alerts: {len(alerts)} {alerts[:3]}")
+    if rss:
+        print(f"stormlog RSS samples: {len(rss)}, first {rss[0] / 2**20:.1f} MiB, last {rss[-1] / 2**20:.1f} MiB, "
+              f"growth {(rss[-1] - rss[0]) / 2**20:+.1f} MiB")
+'''
+
+
+def stormlog_tracked(body: str, report: bool = False) -> tuple[list[str], str, list[str]]:
+    """The cell as stormlog's docs track a run: a tracker started before the work and stopped after it,
+    both inside the timed cell (their cost is part of the cell's); `report`: its analysis after it."""
+    code = (f"_st = CPUMemoryTracker(sampling_interval=0.1)\n_st.start_tracking()\ntry:\n"
+            f"{textwrap.indent(body, '    ')}\nfinally:\n    _st.stop_tracking()")
+    return [], code + ("\n_stormlog_report(_st)" if report else ""), []
+
+
 def mlrun(body: str) -> tuple[list[str], str, list[str]]:
     match = MEMLAB_MLRUN_FUNC.search(body)
     func = f" -f {match.group(1)}" if match else ""
@@ -209,6 +250,13 @@ TOOLS = [
          "no: an iframe of the profile after the cell (scalene_jupyter.py)",
          loops=("leak_loop",), rounds=1, cell_timeout_s=60.0,
          note="one cell per loop only (the leaking loop), stopped after 60 s"),
+    # stormlog's CPU tracker (its `MemoryTracker` needs a CUDA, ROCm or MPS device), sampling at memwatch's
+    # default 100 ms rather than its own 0.5 s, which would take no sample in a loop of 0.4 s
+    Tool("stormlog `CPUMemoryTracker(sampling_interval=0.1)`",
+         ["from stormlog import CPUMemoryTracker, MemoryAnalyzer", STORMLOG_REPORT], stormlog_tracked,
+         "no: the tracker's thread keeps RSS samples; the analyser reads them after the run (cpu_profiler.py)",
+         leak_wrap=lambda body: stormlog_tracked(body, report=True),
+         note="leak report: its events exported and read back by `MemoryAnalyzer` (as `gpumemprof analyze` does)"),
 ]
 
 
@@ -294,15 +342,20 @@ class KernelRun:
         return last_json(execution) if execution.status == "ok" else {}
 
 
+def loops_code(params: dict[str, Any], workdir: Path) -> str:
+    """The loops' source with this run's sizes and working folder filled in."""
+    code = LOOPS.replace("WORKDIR", repr(str(workdir)))
+    for key, value in params.items():
+        code = code.replace(key, str(value))
+    return code
+
+
 def start_kernel(params: dict[str, Any]) -> KernelRun:
     # the kernel imports this checkout's torchmem_magic, whatever the venv has installed
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     workdir = Path(tempfile.mkdtemp(prefix="peers-"))
     run = KernelRun(Kernel(), workdir)
-    code = LOOPS.replace("WORKDIR", repr(str(workdir)))
-    for key, value in params.items():
-        code = code.replace(key, str(value))
-    cell = run.run(code, "setup", timeout_s=300)
+    cell = run.run(loops_code(params, workdir), "setup", timeout_s=300)
     if cell.error:
         raise RuntimeError(f"loop setup failed: {cell.error}")
     return run
@@ -413,6 +466,198 @@ def measure_group(tools: list[Tool], params: dict[str, Any], failures: dict[str,
         run.kernel.shutdown()
     return results
 
+# ---------------------------------------------------------------- peers that launch the script themselves
+
+
+@dataclass
+class ScriptTool:
+    """A peer whose documented use is a launcher around the training script (`traceml run train.py`), so it
+    cannot watch a kernel's cell: the same loops run as a script, bare (`python train.py`) and under it.
+
+    instrument(source): the script as the peer's docs have a user change it. command(script, workdir): the
+    launcher's argv. report_files(workdir): the text of what it wrote for the user to read (its summary).
+    """
+
+    name: str
+    instrument: Callable[[str], str]
+    command: Callable[[Path, Path], list[str]]
+    report_files: Callable[[Path], tuple[str, str]]
+    live_fact: str
+    loops: tuple[str, ...] = tuple(LOOP_NAMES)
+    rounds: int | None = None  # None: the run's default
+    run_timeout_s: float = 180.0
+    note: str = ""
+
+
+#: appended to the loops' source: runs the loop named in PEER_LOOP (warmed up first, as in the kernel) and
+#: prints its time and the truth (heap and RSS before and after) as one JSON line
+SCRIPT_MAIN = """
+import json as _json
+_name = os.environ["PEER_LOOP"]
+if _name != "trivial":
+    globals()[_name]()
+    losses = []
+_t["loop"] = globals()[_name]() if _name != "trivial" else 0.0
+print(_json.dumps({"loop_s": _t["loop"], "truth": _truth}), flush=True)
+"""
+
+WARM_ALL = "for _f in (tiny_loop, big_loop, loader_loop, leak_loop):"
+
+
+def script_code(params: dict[str, Any], workdir: Path) -> str:
+    """The kernel's loops as one script; the warm-up of all four loops at once is left to SCRIPT_MAIN, which
+    warms only the loop it times (a process runs one loop)."""
+    code = loops_code(params, workdir)
+    assert WARM_ALL in code
+    return code.replace(WARM_ALL, "for _f in ():") + SCRIPT_MAIN
+
+
+STEP_FOR = re.compile(r"^( {4,})for .*:\s*$")
+
+
+def traceml_instrumented(source: str) -> str:
+    """The script as TraceML's quickstart has a plain PyTorch loop written: `traceml.init(mode="auto")` once,
+    and each step, zero_grad() through step(), inside `with traceml.trace_step(model):` (its step boundary,
+    and where its step-memory figures come from)."""
+    lines, out = source.splitlines(), ["import traceml_ai as traceml", 'traceml.init(mode="auto")']
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        match = STEP_FOR.match(lines[i])
+        i += 1
+        if not match:
+            continue
+        depth, block = len(match.group(1)), []
+        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > depth):
+            block.append(lines[i])
+            i += 1
+        model = "big" if any("big(" in line for line in block) else "tiny"
+        out.append(" " * (depth + 4) + f"with traceml.trace_step({model}):")
+        out.extend("    " + line if line.strip() else line for line in block)
+    return "\n".join(out) + "\n"
+
+
+def _free_port() -> int:
+    """A port nobody listens on now: TraceML's aggregator and torchrun's rendezvous would otherwise take their
+    fixed defaults (29765, 29500), which another run on this machine may hold."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def traceml_command(script: Path, workdir: Path) -> list[str]:
+    """`traceml run train.py` (summary mode, its default), its logs in the run's folder."""
+    return [str(Path(sys.executable).with_name("traceml")), "run", str(script), "--logs-dir", str(workdir / "logs"),
+            "--aggregator-port", str(_free_port()), "--master-port", str(_free_port())]
+
+
+def traceml_report(workdir: Path) -> tuple[str, str]:
+    """(final_summary.txt, the diagnoses in final_summary.json) of the newest session under the run's logs."""
+    sessions = sorted((workdir / "logs").glob("*/final_summary.json"), key=lambda p: p.stat().st_mtime)
+    if not sessions:
+        return "", ""
+    summary = json.loads(sessions[-1].read_text())
+    diagnoses = [f"{section}: {summary[section]['diagnosis'].get('status')}: {summary[section]['diagnosis'].get('summary')}"
+                 for section in ("step_memory", "process", "system")
+                 if isinstance(summary.get(section), dict) and isinstance(summary[section].get("diagnosis"), dict)]
+    text = sessions[-1].with_suffix(".txt")
+    return (text.read_text() if text.exists() else ""), "\n".join(diagnoses)
+
+
+SCRIPT_SENTENCE = ("a launcher's runs alternate with `python train.py` runs of the same script, one process "
+                   "each, its loop warmed up first in the same process")
+
+SCRIPT_TOOLS = [
+    ScriptTool("TraceML `traceml run train.py`", traceml_instrumented, traceml_command, traceml_report,
+               "no: summary mode (its default) prints one card when the script ends; `--mode=cli` is a live "
+               "terminal view (traceml run --help)",
+               rounds=3, note="each step inside `traceml.trace_step(model)`; 3 rounds (a run takes ~10 s)"),
+]
+
+
+@dataclass
+class ScriptRun:
+    label: str
+    wall_s: float
+    loop_s: float | None
+    truth: dict[str, Any]
+    output: str
+    error: str | None = None
+
+
+def run_script(argv: list[str], loop: str, workdir: Path, label: str, timeout_s: float) -> ScriptRun:
+    """One process, timed by the client from start to exit; the loop's own time from its JSON line."""
+    import subprocess
+
+    env = dict(os.environ, PEER_LOOP=loop, PYTHONUNBUFFERED="1")
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return ScriptRun(label, time.perf_counter() - started, None, {}, "", f"did not finish within {timeout_s:.0f} s")
+    wall = time.perf_counter() - started
+    output = done.stdout + done.stderr
+    line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith('{"loop_s"')), None)
+    if done.returncode != 0 or line is None:
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        return ScriptRun(label, wall, None, {}, output, f"exit {done.returncode}: {tail[-300:]}")
+    data = json.loads(line)
+    return ScriptRun(label, wall, data["loop_s"], data["truth"], output)
+
+
+def measure_script_tool(tool: ScriptTool, params: dict[str, Any], failures: dict[str, str]) -> dict[str, Any]:
+    """Runs alternating bare, tool, bare, ... per loop (a trivial body first, for the start-up cost); then the
+    leaking loop once more under the tool, its summary read."""
+    workdir = Path(tempfile.mkdtemp(prefix="peers-script-"))
+    bare_script, tool_script = workdir / "train_bare.py", workdir / "train.py"
+    source = script_code(params, workdir)
+    bare_script.write_text(source)
+    tool_script.write_text(tool.instrument(source))
+    bare_argv = [sys.executable, str(bare_script)]
+    results: dict[str, Any] = {}
+    for key in ["trivial", *tool.loops]:
+        prev = run_script(bare_argv, key, workdir, f"{key} bare 0", tool.run_timeout_s)
+        ratios, walls, tool_s, bare_s = [], [], [], []
+        for r in range(min(tool.rounds or params["rounds"], params["rounds"])):
+            cell = run_script(tool.command(tool_script, workdir), key, workdir, f"{key} tool {r}", tool.run_timeout_s)
+            nxt = run_script(bare_argv, key, workdir, f"{key} bare {r + 1}", tool.run_timeout_s)
+            for bad in (cell, prev, nxt):
+                if bad.error:
+                    failures.setdefault(tool.name if bad is cell else f"{tool.name} (bare script)",
+                                        f"{LOOP_NAMES.get(key, 'trivial body')}: {bad.error}")
+            if cell.error:
+                results.setdefault(key, {})["error"] = cell.error
+                break
+            if not prev.error and not nxt.error and cell.loop_s is not None:
+                bare_loop = ((prev.loop_s or 0.0) + (nxt.loop_s or 0.0)) / 2
+                walls.append(cell.wall_s - (prev.wall_s + nxt.wall_s) / 2)
+                if key != "trivial":
+                    ratios.append(cell.loop_s / bare_loop)
+                    tool_s.append(cell.loop_s)
+                    bare_s.append(bare_loop)
+            prev = nxt
+        entry = results.setdefault(key, {})
+        entry["rounds"] = len(walls)
+        if key == "trivial" and walls:
+            entry["fixed_s"] = _quartiles(walls)
+        elif ratios:
+            entry.update(ratio=_quartiles(ratios), tool_s=statistics.median(tool_s), bare_s=statistics.median(bare_s),
+                         cell_extra_s=_quartiles(walls))
+        if "error" in entry:
+            return results
+    if "leak_loop" in tool.loops:
+        shutil.rmtree(workdir / "logs", ignore_errors=True)
+        cell = run_script(tool.command(tool_script, workdir), "leak_loop", workdir, "report", tool.run_timeout_s)
+        if not cell.error:
+            summary, diagnoses = tool.report_files(workdir)
+            # what the user reads: its terminal output (the card) and the summary it saved; not the loop's JSON line
+            text = ANSI.sub("", "\n".join(x for x in cell.output.splitlines() if not x.startswith('{"loop_s"')))
+            results["report"] = check_text(tool, text + "\n" + summary, diagnoses, cell.truth, None)
+            results["report"]["words"] = diagnoses
+    return results
+
 
 # ---------------------------------------------------------------- reading what a tool reported
 
@@ -456,7 +701,7 @@ def _visible_text(execution: Execution, workdir: Path) -> tuple[str, str]:
     return ANSI.sub("", "\n".join(parts)), ANSI.sub("", "\n".join(behind))
 
 
-def _growth(tool: Tool, text: str, behind: str) -> str:
+def _growth(tool: Tool | ScriptTool, text: str, behind: str) -> str:
     """Did the figure the tool shows grow during the leaking cell? (parsed from its own output)"""
     name = tool.name
     found: float | None = None
@@ -485,6 +730,19 @@ def _growth(tool: Tool, text: str, behind: str) -> str:
         m = re.search(r"growth_rate ([\d.]+)", behind)
         if m:
             return "no (memory profiling is off in notebooks)" if float(m.group(1)) == 0 else f"yes ({m.group(1)})"
+    elif name.startswith("stormlog"):
+        m = re.search(r"stormlog RSS samples: (\d+),.*growth ([+-][\d.]+) MiB", text)
+        grade = re.search(r"stormlog grade (\w+) \(\d+/100\): ([^;]+)", text)
+        graded = f"; graded {grade.group(1)}, '{grade.group(2)}'" if grade else ""
+        if m:
+            return f"{'yes' if float(m.group(2)) > 0 else 'no'} (RSS {m.group(2)} MiB in {m.group(1)} samples{graded})"
+        return f"no (no RSS sample{graded})"
+    elif name.startswith("TraceML"):
+        step = re.search(r"STEP MEMORY: ([A-Z][A-Z ]*[A-Z])", text)
+        proc = re.search(r"PROCESS METRICS: ([A-Z][A-Z ]*[A-Z])", text)
+        if step or proc:
+            return (f"no (step memory: '{step.group(1) if step else '?'}'; process metrics: "
+                    f"'{proc.group(1) if proc else '?'}')")
     elif "MemReporter" in name:
         return "no (a snapshot: one line per tensor, no growth)"
     elif "mlrun" in name:
@@ -513,6 +771,13 @@ def _live(execution: Execution, t0: float | None, t1: float | None) -> bool:
 
 def check_report(tool: Tool, execution: Execution, workdir: Path, truth: dict[str, Any], loop_s: float) -> dict[str, Any]:
     text, behind = _visible_text(execution, workdir)
+    return check_text(tool, text, behind, truth, _live(execution, truth.get("t0"), truth.get("t1")))
+
+
+def check_text(tool: Tool | ScriptTool, text: str, behind: str, truth: dict[str, Any],
+               live_seen: bool | None) -> dict[str, Any]:
+    """What the tool's output says about the leaking run (`text`: what it printed or displayed; `behind`: the
+    data behind it); `live_seen`: None where its output's timing cannot be told (a script's terminal)."""
     everything = text + "\n" + behind
     # lines that only echo the loop's own source (memray's and Scalene's frames) do not name a holder
     echoed = re.sub(r"\S*/\S*\.py\S*", " ", everything)
@@ -525,27 +790,41 @@ def check_report(tool: Tool, execution: Execution, workdir: Path, truth: dict[st
             else "tensors" if re.search(r"\btensor", text, re.I) else "—")
     before, after = truth.get("before", {}), truth.get("after", {})
     return {
-        "verdict": bool(re.search(r"\bleak\b|memory leak", text, re.I) or re.search(r"memory leak", behind, re.I)),
+        # TraceML names its leak rule "memory creep"
+        "verdict": bool(re.search(r"\bleak\b|memory leak|memory creep", text, re.I)
+                        or re.search(r"memory leak|memory creep", behind, re.I)),
         "holder": bool(re.search(r"\blosses\b", echoed)),
         "kind": kind,
         "growth": _growth(tool, text, behind),
-        "live_seen": _live(execution, truth.get("t0"), truth.get("t1")),
+        "live_seen": live_seen,
         "live_fact": tool.live_fact,
         "rss_mib": (after.get("rss", 0) - before.get("rss", 0)) / 2**20,
         "heap_mib": (after.get("heap", 0) - before.get("heap", 0)) / 2**20,
         "chars": len(text),
+        # stormlog's report lines as it printed them (TraceML's diagnoses are set by measure_script_tool)
+        "words": "\n".join(re.findall(r"^stormlog (?:grade|alerts|RSS samples|gap_analysis).*$", text, re.M)),
     }
 
 
 # ---------------------------------------------------------------- run and render
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def selected(only: list[str]) -> list[Tool | ScriptTool]:
+    """The tools whose name contains one of the words in `only` (all where it is empty), with memwatch's
+    default always: every ratio is read beside it."""
+    tools: list[Tool | ScriptTool] = [*TOOLS, *SCRIPT_TOOLS]
+    words = [w.lower() for w in only if w]
+    return [t for t in tools if not words or t is TOOLS[0] or any(w in t.name.lower() for w in words)]
+
+
+def run(quick: bool = False, only: list[str] | None = None) -> dict[str, Any]:
     params = dict(QUICK if quick else FULL)
     failures: dict[str, str] = {}
     groups: dict[str, list[Tool]] = {}
-    for tool in TOOLS:
-        groups.setdefault(tool.group or tool.name, []).append(tool)
+    tools = selected(only or [])
+    for tool in tools:
+        if isinstance(tool, Tool):
+            groups.setdefault(tool.group or tool.name, []).append(tool)
     results: dict[str, Any] = {}
     started = time.perf_counter()
     for members in groups.values():
@@ -556,7 +835,15 @@ def run(quick: bool = False) -> dict[str, Any]:
             for tool in members:
                 failures.setdefault(tool.name, f"{type(exc).__name__}: {exc}")
         print(f"peers: {', '.join(t.name for t in members)} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    return {"params": params, "results": results, "failures": failures, "total_s": time.perf_counter() - started}
+    for script_tool in (t for t in tools if isinstance(t, ScriptTool)):
+        t0 = time.perf_counter()
+        try:
+            results[script_tool.name] = measure_script_tool(script_tool, params, failures)
+        except Exception as exc:  # said in the table, as for a kernel tool
+            failures.setdefault(script_tool.name, f"{type(exc).__name__}: {exc}")
+        print(f"peers: {script_tool.name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return {"params": params, "results": results, "failures": failures, "tools": tools,
+            "total_s": time.perf_counter() - started}
 
 
 def _q(q: tuple[float, float, float], fmt: str, scale: float = 1.0) -> str:
@@ -564,13 +851,15 @@ def _q(q: tuple[float, float, float], fmt: str, scale: float = 1.0) -> str:
     return f"{mid:{fmt}} ({low:{fmt}} … {high:{fmt}})"
 
 
-def render(quick: bool = False) -> str:
+def render(quick: bool = False, only: list[str] | None = None) -> str:
     import platform
 
     import torch
 
-    out = run(quick)
-    params, results, failures = out["params"], out["results"], out["failures"]
+    out = run(quick, only)
+    params, results, failures, tools = out["params"], out["results"], out["failures"], out["tools"]
+    script_rounds = ", ".join(f"{t.name.split(' ')[0]}: {t.rounds or params['rounds']} rounds of runs"
+                              for t in tools if isinstance(t, ScriptTool))
     load = os.getloadavg()[0]
     lines = [
         f"Machine: {os.cpu_count()} cores (shared), Python {platform.python_version()}, torch {torch.__version__}, "
@@ -578,16 +867,22 @@ def render(quick: bool = False) -> str:
         f"{params['STEPS_TINY']} steps; {LOOP_NAMES['big_loop']} {params['STEPS_BIG']} steps; DataLoader over "
         f"{params['ITEMS_LOADER']} synthetic items, batch 16, `num_workers=2`; the leak: {params['STEPS_LEAK']} steps, "
         f"`losses = []` then `losses.append(loss)`. {params['rounds']} rounds per loop in one fresh kernel per tool "
-        f"(Scalene: one cell); whole run {out['total_s'] / 60:.1f} min.",
+        f"(Scalene: one cell){'; ' + SCRIPT_SENTENCE + ' (' + script_rounds + ')' if script_rounds else ''}; "
+        f"whole run {out['total_s'] / 60:.1f} min.",
         "",
         "| tool | loop | loop time, tool / bare (quartiles) | bare loop | cell's extra wall time |",
         "|---|---|---|---|---|",
     ]
-    for tool in TOOLS:
+    for tool in tools:
         r = results.get(tool.name, {})
         fixed = r.get("trivial", {}).get("fixed_s")
-        fixed_s = f"{_q(fixed, '.0f', 1e3)} ms" if fixed else "—"
-        lines.append(f"| {tool.name} | fixed per-cell cost (trivial body) | — | — | {fixed_s} |")
+        if isinstance(tool, ScriptTool):
+            fixed_s = f"{_q(fixed, '.1f')} s" if fixed else "—"
+            lines.append(f"| {tool.name} | start-up cost (a run with a trivial body, against `python train.py`) | — | — "
+                         f"| {fixed_s} |")
+        else:
+            fixed_s = f"{_q(fixed, '.0f', 1e3)} ms" if fixed else "—"
+            lines.append(f"| {tool.name} | fixed per-cell cost (trivial body) | — | — | {fixed_s} |")
         for key in tool.loops:
             e = r.get(key, {})
             if "ratio" in e:
@@ -609,33 +904,42 @@ def render(quick: bool = False) -> str:
         "| tool | verdict | holder named | kind named | growth shown | live during the cell | heap / RSS growth in that cell (truth) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for tool in TOOLS:
+    words = []
+    for tool in tools:
         rep = results.get(tool.name, {}).get("report")
         if rep is None:
             continue
-        live = ("yes (seen)" if rep["live_seen"] else "not seen") + f"; {rep['live_fact']}"
+        seen = {True: "yes (seen)", False: "not seen", None: "not checked (a script's terminal)"}[rep["live_seen"]]
+        live = f"{seen}; {rep['live_fact']}"
+        if rep.get("words"):
+            words.append(f"- {tool.name}: " + "; ".join(f"“{w}”" for w in rep["words"].splitlines()))
         note = f" ({tool.note})" if tool.note and "leak report" in tool.note else ""
         lines.append(
             f"| {tool.name}{note} | {'yes' if rep['verdict'] else 'no'} | {'yes' if rep['holder'] else 'no'} | "
             f"{rep['kind']} | {rep['growth']} | {live} | +{rep['heap_mib']:.1f} MiB / {rep['rss_mib']:+.1f} MiB |"
         )
-    lines += ["", winners(results)]
+    if words:
+        lines += ["", "What the training-loop peers said about the leaking run, in their own words (TraceML: the "
+                  "diagnoses in its final_summary.json; stormlog: its analyser's report and its tracker's samples):",
+                  "", *words]
+    lines += ["", winners(results, tools)]
     return "\n".join(lines)
 
 
-def winners(results: dict[str, Any]) -> str:
+def winners(results: dict[str, Any], tools: list[Tool | ScriptTool]) -> str:
     """One sentence on where a peer is cheaper than %%memwatch's default: a loop where the peer's upper
-    quartile of tool/bare lies under memwatch's lower quartile, or a smaller median fixed per-cell cost."""
+    quartile of tool/bare lies under memwatch's lower quartile, or a smaller median fixed per-cell cost
+    (a kernel tool's: a script's start-up cost is another thing)."""
     ref = results.get(TOOLS[0].name, {})
     beats = []
-    for tool in TOOLS[3:]:
+    for tool in (t for t in tools if t not in TOOLS[:3]):
         r = results.get(tool.name, {})
         if any("error" in r.get(k, {}) or k not in r for k in tool.loops):
             continue  # a tool that could not finish a loop is cheaper at nothing
         won = [LOOP_NAMES[k].split(" (")[0].split(",")[0] for k in tool.loops
                if r.get(k, {}).get("ratio") and ref.get(k, {}).get("ratio") and r[k]["ratio"][2] < ref[k]["ratio"][0]]
         fa, fb = r.get("trivial", {}).get("fixed_s"), ref.get("trivial", {}).get("fixed_s")
-        if fa and fb and fa[1] < fb[1]:
+        if fa and fb and fa[1] < fb[1] and isinstance(tool, Tool):
             won.append(f"fixed cost {fa[1] * 1e3:.0f} vs {fb[1] * 1e3:.0f} ms")
         if won:
             beats.append(f"{tool.name} ({'; '.join(won)})")
@@ -645,5 +949,13 @@ def winners(results: dict[str, Any]) -> str:
             "per-cell cost): " + ", ".join(beats) + ".")
 
 
+def _only(argv: list[str]) -> list[str]:
+    """`--only traceml,stormlog` -> ["traceml", "stormlog"]."""
+    if "--only" not in argv:
+        return []
+    at = argv.index("--only") + 1
+    return argv[at].split(",") if at < len(argv) else []
+
+
 if __name__ == "__main__":
-    print(render(quick="--quick" in sys.argv))
+    print(render(quick="--quick" in sys.argv, only=_only(sys.argv)))
