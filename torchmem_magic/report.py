@@ -137,6 +137,7 @@ def diagnose(
     clock: Clock = "optimizer",
     loader: int | None = None,
     worker_count: int = 1,
+    workers_persistent: bool = False,
     max_rows: int | None = None,
 ) -> Diagnosis:
     """The leak detector over every resource the run measured, against the steps of `clock`
@@ -176,6 +177,7 @@ def diagnose(
         first_pass_steps=first_pass_steps(timeline, clock, loader, first_pass_batches),
         clock=clock,
         worker_count=worker_count,
+        workers_persistent=workers_persistent,
     )
 
 
@@ -394,6 +396,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
         clock=evidence.clock,
         loader=evidence.training_loader,
         worker_count=1 if evidence.workers is None else evidence.workers.max_count,
+        workers_persistent=evidence.workers is not None and evidence.workers.pids_seen <= evidence.workers.max_count,
     )
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(

@@ -292,6 +292,7 @@ def decide(
     first_pass_steps: tuple[int, int] | None = None,
     clock: str = "optimizer",
     worker_count: int = 1,
+    workers_persistent: bool = False,
 ) -> Diagnosis:
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
@@ -304,6 +305,8 @@ def decide(
             where copy-on-access growth will stop.
         clock: what a step is ("optimizer", "batch", ..., "time": x is seconds), for the wording.
         worker_count: the most DataLoader workers seen at once (their first touches are bounded by their number).
+        workers_persistent: the same workers ran through every epoch (no more of them seen than at once): their
+            growth is judged over the whole run, not epoch by epoch (an epoch may hold one PSS reading or none).
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     by_resource = {s.resource: s for s in series}
@@ -318,14 +321,15 @@ def decide(
         )
     heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
     copy_on_access = None
-    workers_growth = _workers_growth(by_resource["workers"], epoch_steps) if workers else 0.0
+    worker_epochs = () if workers_persistent else epoch_steps  # where the workers start again
+    workers_growth = _workers_growth(by_resource["workers"], worker_epochs) if workers else 0.0
     # the kernel's heap explains little of it: flat, or a small fraction of what the workers added
     heap_aside = heap is not None and (heap.verdict == "clean" or heap.net_growth_bytes < 0.25 * workers_growth)
     if workers and heap_aside and workers_growth >= FIRST_TOUCH_BYTES_PER_WORKER * max(1, worker_count):
         # growth that stopped after the first pass is bounded (the advice says where it stays); growth
         # still going on is the process tree's leak: the OOM killer counts the workers' memory
         if workers.verdict != "clean":  # "unknown": too few PSS readings for the detector, one short epoch
-            copy_on_access = _still_copying(by_resource["workers"], epoch_steps)
+            copy_on_access = _still_copying(by_resource["workers"], worker_epochs)
         advice.append(
             f"DataLoader workers' memory grew by {format_bytes(workers_growth)} (by PSS) while "
             "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they read "

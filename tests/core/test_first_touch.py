@@ -20,13 +20,15 @@ def carried(readings: list[tuple[int, float]], steps: int) -> list[float]:
     return out
 
 
-def run(readings: list[tuple[int, float]], steps: int, epochs: tuple[float, ...], workers: int = 2) -> list[str]:
+def run(
+    readings: list[tuple[int, float]], steps: int, epochs: tuple[float, ...], workers: int = 2, persistent: bool = False
+) -> list[str]:
     xs = [float(s) for s in range(1, steps + 1)]
     heap = Series("heap", xs, [128 * MIB + (i % 3) * 1024 for i in range(steps)])
     tree = Series("ram", xs, [700 * MIB + v for v in carried(readings, steps)])
     # the workers' series as the report hands it over: their readings, where a new one shows
     pss = Series("workers", [float(s) for s, _ in readings], [v for _, v in readings])
-    v = decide([heap, tree, pss], epoch_steps=epochs, worker_count=workers)
+    v = decide([heap, tree, pss], epoch_steps=epochs, worker_count=workers, workers_persistent=persistent)
     return [v.verdict, *v.advice]
 
 
@@ -62,4 +64,15 @@ def test_a_dataset_copied_in_the_first_pass_is_explained_however_many_workers() 
     assert verdict == "clean" and any("copy-on-access" in line for line in advice), advice
     # what 8 workers' first touches add up to is no dataset copied
     verdict, *advice = run([(3, BASE), (60, BASE + 90 * MIB), (200, BASE + 90 * MIB)], 300, (1.0,), workers=8)
+    assert verdict == "clean" and not any("copy-on-access" in line for line in advice), advice
+
+
+def test_persistent_workers_are_judged_over_the_run_however_few_readings_an_epoch_has() -> None:
+    # a fast loop: 489 steps an epoch, PSS read about every 400 steps, so no epoch holds two readings;
+    # the same two workers all along copied a dataset of strings in the first pass
+    readings = [(100, BASE + 10 * MIB), (520, BASE + 75 * MIB), (940, BASE + 77 * MIB), (1400, BASE + 77 * MIB)]
+    verdict, *advice = run(readings, 1467, (1.0, 490.0, 979.0), persistent=True)
+    assert verdict == "clean" and any("copy-on-access" in line for line in advice), advice
+    # new workers each epoch: each epoch's one reading says nothing of what its workers added
+    verdict, *advice = run(readings, 1467, (1.0, 490.0, 979.0), persistent=False)
     assert verdict == "clean" and not any("copy-on-access" in line for line in advice), advice
