@@ -139,12 +139,14 @@ def diagnose(
     worker_count: int = 1,
     workers_persistent: bool = False,
     max_rows: int | None = None,
+    ends_after_block: bool = False,
 ) -> Diagnosis:
     """The leak detector over every resource the run measured, against the steps of `clock`
     (the step-aligned series), or against seconds when the loop had no step clock at all.
 
     `max_rows`: judge at most this many rows of the series, thinned evenly (None: all of them); the
-    live verdict's cost then stays the same however full the timeline is."""
+    live verdict's cost then stays the same however full the timeline is. `ends_after_block`: the last
+    step-aligned row is the reading after the block (the final report's timeline)."""
     source, x_name = (timeline.by_time, "t_s") if clock == "time" else (timeline.by_step, "step")
     judged = [r for r in resources.RESOURCES if r.judged]
     columns = source.columns(x_name, *(r.column for r in judged), at_most=max_rows)
@@ -178,6 +180,7 @@ def diagnose(
         clock=clock,
         worker_count=worker_count,
         workers_persistent=workers_persistent,
+        ends_after_block=ends_after_block,
     )
 
 
@@ -397,6 +400,7 @@ def assemble_report(evidence: RunEvidence) -> Report:
         loader=evidence.training_loader,
         worker_count=1 if evidence.workers is None else evidence.workers.max_count,
         workers_persistent=evidence.workers is not None and evidence.workers.pids_seen <= evidence.workers.max_count,
+        ends_after_block=True,
     )
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(

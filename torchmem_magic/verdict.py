@@ -132,6 +132,18 @@ def _crossing_epochs(xs: Sequence[float], epoch_steps: Sequence[float]) -> set[i
     return out
 
 
+def _closes_last_epoch(ys: Sequence[float], boundary: set[int]) -> bool:
+    """Whether the last interval, up to the reading after the block, is the last epoch's end: the block's
+    end closes that epoch, and what runs after its last step (a validation pass, outputs kept per epoch)
+    is read only there. It counts when it grew like the other epochs' ends, by a quarter of their mean."""
+    last = len(ys) - 1
+    others = [i for i in boundary if i != last]
+    if last < 1 or not others:
+        return False
+    mean_growth = sum(ys[i] - ys[i - 1] for i in others) / len(others)
+    return mean_growth > 0 and ys[last] - ys[last - 1] > 0.25 * mean_growth
+
+
 def _flat_within_epochs(xs: Sequence[float], ys: Sequence[float], boundary: set[int], net: float) -> bool:
     """Whether the intervals inside an epoch are flat: their growth, and their growth per step carried
     over the whole run, each under WITHIN_EPOCH_SHARE of the net growth.
@@ -147,8 +159,13 @@ def _flat_within_epochs(xs: Sequence[float], ys: Sequence[float], boundary: set[
     return abs(growth) / within_steps * (xs[-1] - xs[0]) < WITHIN_EPOCH_SHARE * net
 
 
-def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200) -> ResourceFinding:
-    """The verdict for one resource (`max_points` bounds the Theil–Sen cost: ~n²/2 slopes)."""
+def analyse(
+    series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200, ends_after_block: bool = False
+) -> ResourceFinding:
+    """The verdict for one resource (`max_points` bounds the Theil–Sen cost: ~n²/2 slopes).
+
+    `ends_after_block`: the last reading was taken after the block, so its interval also holds what ran
+    after the last step."""
     xs, ys = _clean(series)
     released = released_at_the_end(ys)
     if released:
@@ -170,6 +187,8 @@ def analyse(series: Series, epoch_steps: Sequence[float] = (), max_points: int =
     jumps = persistent_jumps(xs, ys, noise, rate)
     jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
     boundary = _crossing_epochs(xs, epoch_steps)
+    if ends_after_block and not released and epoch_steps and _closes_last_epoch(ys, boundary):
+        boundary.add(len(ys) - 1)
     boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
     net = ys[-1] - ys[0]
 
@@ -293,6 +312,7 @@ def decide(
     clock: str = "optimizer",
     worker_count: int = 1,
     workers_persistent: bool = False,
+    ends_after_block: bool = False,
 ) -> Diagnosis:
     """The run's verdict from every resource's series, plus the leak finder's evidence.
 
@@ -307,10 +327,11 @@ def decide(
         worker_count: the most DataLoader workers seen at once (their first touches are bounded by their number).
         workers_persistent: the same workers ran through every epoch (no more of them seen than at once): their
             growth is judged over the whole run, not epoch by epoch (an epoch may hold one PSS reading or none).
+        ends_after_block: the last row is the reading after the block (the final report), not a step's.
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     by_resource = {s.resource: s for s in series}
-    findings = {name: analyse(s, epoch_steps, max_points) for name, s in by_resource.items()}
+    findings = {name: analyse(s, epoch_steps, max_points, ends_after_block) for name, s in by_resource.items()}
     advice: list[str] = []
     reserved, allocated = findings.get("vram_reserved"), findings.get("vram")
     if reserved and allocated and reserved.verdict in ("leak", "suspect") and allocated.verdict == "clean":

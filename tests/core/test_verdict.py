@@ -349,3 +349,40 @@ def test_a_staircase_sampled_every_fifth_step_is_still_per_epoch() -> None:
     values = [BASE + ((int(x) - 1) // 30) * 40 * MIB + rng.gauss(0, 64 * 1024) for x in steps]
     f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), epoch_steps=[1.0 + 30 * k for k in range(8)])
     assert (f.verdict, f.leak_kind) == ("leak", "per-epoch")
+
+
+def _thinned_staircase(last_rows: list[float], per_epoch: float) -> tuple[list[float], list[float]]:
+    """Measured in a kernel: 6 epochs of 20 optimizer steps, a step-aligned row at every step up to 64,
+    then thinned; what each epoch keeps is kept after its last step (read at the next step)."""
+    steps = [float(s) for s in range(1, 65)] + last_rows
+    values = [BASE + ((int(x) - 1) // 20) * per_epoch for x in steps[:64]]
+    values += [BASE + ((int(x) - 1) // 20) * per_epoch for x in last_rows[:-1]] + [BASE + 6 * per_epoch]
+    return steps, values
+
+
+@pytest.mark.parametrize(
+    "last_rows, with_validation_loader",
+    [
+        # the reading after the block repeats step 120; the validation loader started after it (at 121)
+        ([93.0, 120.0, 120.0], True),
+        # no validation loader: the outputs kept after the last epoch's last step, read in (114, 120]
+        ([91.0, 114.0, 120.0], False),
+    ],
+)
+def test_what_the_last_epoch_keeps_after_its_last_step_is_that_epochs_end(
+    last_rows: list[float], with_validation_loader: bool
+) -> None:
+    steps, values = _thinned_staircase(last_rows, 8.5 * MIB)
+    starts = [1.0 + 20 * e for e in range(6)] + ([1.0 + 20 * e for e in range(1, 7)] if with_validation_loader else [])
+    f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), epoch_steps=sorted(starts), ends_after_block=True)
+    assert (f.verdict, f.leak_kind) == ("leak", "per-epoch")
+    assert f.per_epoch_bytes == pytest.approx(8.5 * MIB, rel=0.05)
+
+
+def test_a_block_end_that_kept_nothing_is_no_epoch_of_a_staircase() -> None:
+    # the growth comes at each epoch's start; the after-block interval is flat and adds no epoch
+    steps = [float(s) for s in range(1, 121)] + [120.0]
+    values = [BASE + ((int(x) - 1) // 20 + 1) * 8 * MIB for x in steps]
+    f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), epoch_steps=[1.0 + 20 * e for e in range(6)], ends_after_block=True)
+    assert (f.verdict, f.leak_kind) == ("leak", "per-epoch")
+    assert f.per_epoch_bytes == pytest.approx(8 * MIB, rel=0.01)
