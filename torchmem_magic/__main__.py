@@ -32,6 +32,16 @@ def _save_path(text: str) -> str:
     return text
 
 
+def _status_period_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: the status period is 0 (none) to 3600 seconds")
+    return value
+
+
 def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """(the command line's parser, its `watch` subcommand's)."""
     main = argparse.ArgumentParser(
@@ -40,12 +50,15 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     commands = main.add_subparsers(dest="action", required=True, metavar="{watch,show}")
     watch = commands.add_parser(
         "watch", help="run COMMAND (a script, torchrun ...) with every rank watched; print the report",
-        usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] -- COMMAND ...",
+        usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S] -- COMMAND ...",
     )
     watch.add_argument("--interval", type=_interval_ms, default=100.0, metavar="MS",
                        help="sampling period in milliseconds, 1-10000 (default 100)")
     watch.add_argument("--save", type=_save_path, metavar="PATH", help="also write the report to PATH (.json or .html)")
     watch.add_argument("--no-scan", action="store_true", help="no leak finder in the ranks (curves only)")
+    watch.add_argument("--status-every", type=_status_period_s, default=None, metavar="S",
+                       help="the live status's period on stderr, in seconds (default: 1 on a terminal, kept at the "
+                            "bottom of the screen; 10 otherwise, as plain lines; 0: no live status)")
     watch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     show = commands.add_parser("show", help="print saved .json reports (several: merged into one)")
     show.add_argument("paths", nargs="+", metavar="PATH")
@@ -77,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = command_of(arguments.command)
     if not command:
         watch_parser.error("no command to watch: put it after --, e.g. -- torchrun --nproc-per-node 2 train.py")
-    return run_watched(WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan))
+    return run_watched(
+        WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan, arguments.status_every)
+    )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ class WatchOptions:
     interval_ms: float = 100.0
     save_path: str | None = None
     scan: bool = True
+    status_every_s: float | None = None  # the live status's period (None: 1 s on a terminal, else 10 s; 0: none)
 
 
 def child_environment(base: Mapping[str, str], address: str, interval_ms: float, scan: bool) -> dict[str, str]:
@@ -110,8 +111,10 @@ def run_watched(options: WatchOptions, out: TextIO = sys.stdout, err: TextIO = s
     from .options import SessionOptions
     from .saved import save_report
     from .session import MemwatchSession
+    from .watch_status import TerminalStatus
 
-    session = MemwatchSession(SessionOptions(options.interval_ms, train_hooks=False, watch_ranks=True))
+    status = None if options.status_every_s == 0 else TerminalStatus(err, options.status_every_s)
+    session = MemwatchSession(SessionOptions(options.interval_ms, train_hooks=False, watch_ranks=True), listener=status)
     session.start()
     try:
         assert session.ranks is not None

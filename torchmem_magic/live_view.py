@@ -164,13 +164,15 @@ class LiveView:
 
             return tuple(from_summary(r) for r in self._report.ranks)
         feeds = self.rank_feeds()
-        if not feeds:
+        if not feeds or self._ranks is None:
             return ()
-        if self._live_ranks is None:
-            from .ranks.live import LiveRanks
+        from .ranks.live import LiveRanks, from_summary
 
+        if self._live_ranks is None:
             self._live_ranks = LiveRanks(self._runtime.clock)
-        return self._live_ranks.judge(feeds)
+        local = self._live_ranks.judge(feeds)
+        remote = self._ranks.remote_summaries(skip={r.rank for r in local})  # the other nodes', from the job's store
+        return tuple(sorted([*local, *(from_summary(s) for s in remote)], key=lambda r: r.rank))
 
     # ---------------------------------------------------------------- the verdict so far
     def live_verdict(self, loader: int | None = None) -> Diagnosis | None:

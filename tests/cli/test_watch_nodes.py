@@ -8,32 +8,32 @@ leave rank 1 in node 0's report with its last summary and a status that says it 
 
 from __future__ import annotations
 
-import datetime
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from watching import SCRIPTS, environment, free_port, leftovers, load, torchrun, watch_command
 
-from torchmem_magic.ranks.job import JobStore, decode_summary
 
 DDP = str(SCRIPTS / "ddp_leak.py")
 TOLERANCE = 0.20
 HOST = socket.gethostname()
 
 
-def _node_command(node: int, backend: str, port: int, run_id: str, save: Path, *script: str) -> list[str]:
+def _node_command(
+    node: int, backend: str, port: int, run_id: str, save: Path, *script: str, options: tuple[str, ...] = ()
+) -> list[str]:
     launch = [*torchrun(), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", "--rdzv-id", run_id]
     if backend == "static":
         launch += ["--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", str(port)]
     else:
         launch += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
-    return watch_command(*launch, DDP, *script, save=save)
+    return watch_command(*launch, DDP, *script, save=save, options=options)
 
 
 def _start(cmd: list[str], tmp: Path) -> subprocess.Popen[str]:
@@ -107,52 +107,21 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _wait_for_leak_in_store(port: int, run_id: str, rank: int, timeout_s: float = 120) -> int:
-    """The sequence number of the first summary of `rank` in the job's store that says it leaks."""
-    from torch.distributed import TCPStore
-
-    key = JobStore("127.0.0.1", port, run_id, 0, 2, 1, None).summary_key(rank)
-    deadline = time.monotonic() + timeout_s
-    store = None
-    while time.monotonic() < deadline:
-        if store is None:
-            try:
-                store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
-                                 wait_for_workers=False)
-            except Exception:
-                time.sleep(0.2)
-                continue
-        if store.check([key]):
-            published = decode_summary(store.get(key))
-            if published is not None and published.summary.verdict == "leak":
-                return published.seq
-        time.sleep(0.1)
-    raise AssertionError(f"rank {rank} never published a leak")
-
-
-def _wait_for_seq(port: int, run_id: str, rank: int, seq: int, timeout_s: float = 30) -> None:
-    """Until `rank` has written summary number `seq` (readers polling once a second have read a later one)."""
-    from torch.distributed import TCPStore
-
-    key = JobStore("127.0.0.1", port, run_id, 0, 2, 1, None).summary_key(rank)
-    store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        published = decode_summary(store.get(key))
-        if published is not None and published.seq >= seq:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"rank {rank} stopped publishing before summary {seq}")
-
-
 def test_a_node_killed_mid_run_stays_in_the_other_nodes_report(tmp: Path, tmp_path: Path) -> None:
     port, facts, run_id = free_port(), tmp_path / "facts.json", "job-killed"
     saves = [tmp_path / f"node{node}.json" for node in (0, 1)]
     script = ("--holder", "local", "--facts", str(facts), "--steps", "4000")
-    watchers = [_start(_node_command(node, "static", port, run_id, saves[node], *script), tmp) for node in (0, 1)]
+    watchers = [_start(_node_command(node, "static", port, run_id, saves[node], *script,
+                                     options=("--status-every", "1") if node == 0 else ()), tmp) for node in (0, 1)]
     try:
-        seq = _wait_for_leak_in_store(port, run_id, rank=1)
-        _wait_for_seq(port, run_id, rank=1, seq=seq + 2)  # node 0's watcher read the leaking summary meanwhile
+        assert watchers[0].stderr is not None
+        seen = []
+        for line in watchers[0].stderr:  # node 0's live status, until it names the other node's leak
+            seen.append(line)
+            if re.search(rf"rank 1 @{re.escape(HOST)} \(node 1\): leak \+[\d.]+ KiB/step in heap · kept_outputs", line):
+                break
+        else:
+            raise AssertionError("node 0's status never named rank 1's leak:\n" + "".join(seen)[-3000:])
         for pid in _descendants(watchers[1].pid):
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -31,8 +31,8 @@ def torchrun() -> list[str]:
     return [str(found)] if found.exists() else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def watch_command(*args: str, save: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "torchmem_magic", "watch"]
+def watch_command(*args: str, save: Path | None = None, options: tuple[str, ...] = ()) -> list[str]:
+    cmd = [sys.executable, "-m", "torchmem_magic", "watch", *options]
     if save is not None:
         cmd += ["--save", str(save)]
     return [*cmd, "--", *args]

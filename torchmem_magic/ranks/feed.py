@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,6 +279,10 @@ class RankFeeds:
             if self.remote is not None:  # the other nodes' ranks, as the store last showed them
                 out.extend(self.remote.summaries(skip={numbers[pid] for pid in self.feeds}))
             return tuple(out)
+
+    def remote_summaries(self, skip: Collection[int]) -> tuple[RankSummary, ...]:
+        """The other nodes' ranks as the job's store last showed them (none outside a multi-node job)."""
+        return () if self.remote is None else self.remote.summaries(skip=skip)
 
     def _note_exit(self, feed: RankFeed) -> None:
         """When and how a rank that has not finished ended: from the exit witness, else from `waitid`

@@ -42,6 +42,10 @@ class RankLive:
     last_seen_s: float = 0.0
     stalled_s: float = 0.0  # how long it had made no step when its last message came
     exited_s: float | None = None  # the watcher's seconds when its process ended, where that was seen
+    host: str = ""
+    node: int | None = None  # the launcher's node rank, in a multi-node job
+    via: str = "stream"  # "store": another node's rank, as its last summary in the job's store says
+    stale: bool = False  # another node's rank whose summaries stopped coming, with nothing to say why
 
 
 def _peak_bytes(feed: RankFeed) -> float:
@@ -82,6 +86,7 @@ def judge_rank(feed: RankFeed, rank: int) -> RankLive:
         rank=rank, pid=feed.pid, verdict=verdict, resource=resource, per_step_bytes=rate, clock=clock,
         steps=feed.steps, peak_bytes=_peak_bytes(feed), holder=_growing_holder(feed), died=_died(feed),
         last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,
+        host=feed.host, node=None if feed.job is None else feed.job.get("node"),
     )
 
 
@@ -94,21 +99,27 @@ def from_summary(summary: RankSummary) -> RankLive:
         rank=summary.rank, pid=summary.pid, verdict=summary.verdict, resource=summary.resource,
         per_step_bytes=summary.per_step_bytes, clock=summary.clock, steps=summary.steps, peak_bytes=float(peak),
         holder=None if top is None else top.name, died=died, last_seen_s=summary.last_seen_s,
-        stalled_s=summary.stalled_s, exited_s=summary.exited_s,
+        stalled_s=summary.stalled_s, exited_s=summary.exited_s, host=summary.host, node=summary.node,
+        via=summary.via, stale=summary.status == "stale",
     )
 
 
-def worst_live(ranks: Sequence[RankLive]) -> RankLive | None:
-    """The rank the status line names: the first to die of something else than its launcher's stop
-    signal (else the first to die), else the most severe verdict, fastest growth, highest peak."""
-    if not ranks:
-        return None
+def worst_first(ranks: Sequence[RankLive]) -> list[RankLive]:
+    """The ranks, the worst first: the first to die of something else than its launcher's stop signal
+    (else the first to die), then the other dead, then by the most severe verdict, fastest growth,
+    highest peak; ties by rank number."""
     dead = [r for r in ranks if r.died is not None]
     witnessed = [r for r in dead if r.died not in STOPPED_BY_LAUNCHER]
     first_dead = first_ended(witnessed or dead) if dead else None
-    return max(ranks, key=lambda r: (
-        r is first_dead, SEVERITY.get(r.verdict, 0), r.per_step_bytes or 0.0, r.peak_bytes, -r.rank,
+    return sorted(ranks, key=lambda r: (
+        r is not first_dead, r.died is None, -SEVERITY.get(r.verdict, 0), -(r.per_step_bytes or 0.0), -r.peak_bytes,
+        r.rank,
     ))
+
+
+def worst_live(ranks: Sequence[RankLive]) -> RankLive | None:
+    """The rank the status line names (the first of `worst_first`)."""
+    return worst_first(ranks)[0] if ranks else None
 
 
 def worst_line(ranks: Sequence[RankLive]) -> str | None:

@@ -2,7 +2,9 @@
 
 Run by the command-line tests under `torchrun`. `--holder global` keeps them in a module-level
 list, `--holder local` in a list local to `train()`. `--kill-at N` SIGKILLs the leaking rank at step
-N. The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
+N. `--wait-for PATH --wait-at N`: the leaking rank waits at step N until PATH exists (a test's sign
+that it saw what it waited for, while the run was still going). `--print-steps`: the leaking rank
+prints a line at each step (a script's own output). The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
 `--facts`, so the test compares the report with a measurement of the same run.
 """
 
@@ -38,6 +40,10 @@ def train(args: argparse.Namespace) -> None:
                 leaked_outputs.append(out)
             else:
                 kept_outputs.append(out)
+            if args.print_steps:
+                print(f"step {step} done", flush=True)
+            if step == args.wait_at and args.wait_for:
+                _wait_for(args.wait_for)
             if step == args.kill_at:
                 _write(args.facts, out, step, (time.perf_counter() - started) / step)
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -45,6 +51,12 @@ def train(args: argparse.Namespace) -> None:
     if rank == args.leak_rank:
         _write(args.facts, out, args.steps, (time.perf_counter() - started) / args.steps)
     dist.destroy_process_group()
+
+
+def _wait_for(path: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _write(path: str, out: torch.Tensor, steps: int, step_s: float) -> None:
@@ -60,5 +72,8 @@ if __name__ == "__main__":
     parser.add_argument("--leak-rank", type=int, default=1)
     parser.add_argument("--kill-at", type=int, default=0)
     parser.add_argument("--sleep-s", type=float, default=0.005)
+    parser.add_argument("--wait-for", default="")
+    parser.add_argument("--wait-at", type=int, default=0)
+    parser.add_argument("--print-steps", action="store_true")
     parser.add_argument("--facts", required=True)
     train(parser.parse_args())
