@@ -3,8 +3,10 @@ node's report has every rank of the job, the other node's through the job's own 
 
 Rank 1 runs on node 1 and keeps each step's output with its graph. Node 0's watcher sees rank 1 only
 through the store, yet its report must name rank 1's leak, its holder and host, at about the rate
-the script measured. Killing node 1 outright (its watcher, launcher and rank, SIGKILL) mid-run must
-leave rank 1 in node 0's report with its last summary and a status that says it went away."""
+the script measured. Killing node 1 outright (its watcher, launcher and rank, SIGKILL) mid-run, once
+node 0's live status has named rank 1's leak, must leave rank 1 in node 0's report with its last
+summary and a status that says it went away. That one also runs on two hosts: two network
+namespaces joined by a veth pair, each with a host name of its own, where this machine allows it."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,20 +29,76 @@ TOLERANCE = 0.20
 HOST = socket.gethostname()
 
 
+@dataclass(frozen=True)
+class Hosts:
+    """Where the two nodes run: what runs a command on each, its host name, its network interface."""
+
+    address: str  # node 0's, where the job's store is
+    names: tuple[str, str]
+    prefixes: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    interfaces: tuple[str, str] | None = None  # gloo's, where a host name does not resolve
+
+    def start(self, node: int, cmd: list[str], tmp: Path) -> subprocess.Popen[str]:
+        env = environment(tmp)
+        if self.interfaces is not None:
+            env["GLOO_SOCKET_IFNAME"] = self.interfaces[node]
+        return subprocess.Popen([*self.prefixes[node], *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+
+LOCALHOST = Hosts("127.0.0.1", (HOST, HOST))
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture(params=["localhost", "two network namespaces"])
+def hosts(request: pytest.FixtureRequest) -> Iterator[Hosts]:
+    if request.param == "localhost":
+        yield LOCALHOST
+        return
+    tag = f"{os.getpid() % 100_000}"
+    spaces, links, addresses = (f"tmw{tag}a", f"tmw{tag}b"), (f"tmv{tag}a", f"tmv{tag}b"), ("10.231.7.1", "10.231.7.2")
+    try:
+        for space in spaces:
+            _ip("netns", "add", space)
+    except (OSError, subprocess.SubprocessError) as exc:
+        for space in spaces:
+            subprocess.run(["ip", "netns", "del", space], capture_output=True)
+        detail = getattr(exc, "stderr", None) or exc
+        pytest.skip(f"network namespaces are not available here (root and `ip netns` needed): {str(detail).strip()}")
+    try:
+        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for space, link, address in zip(spaces, links, addresses):
+            _ip("link", "set", link, "netns", space)
+            _ip("-n", space, "addr", "add", f"{address}/24", "dev", link)
+            _ip("-n", space, "link", "set", link, "up")
+            _ip("-n", space, "link", "set", "lo", "up")
+        names = ("tm-node-a", "tm-node-b")
+        # a UTS namespace too, so that each host has a name of its own
+        prefixes = tuple(("ip", "netns", "exec", space, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name)
+                         for space, name in zip(spaces, names))
+        yield Hosts(addresses[0], names, prefixes, links)  # type: ignore[arg-type]
+    finally:
+        for space in spaces:  # deleting a namespace deletes its end of the pair, and so the pair
+            subprocess.run(["ip", "netns", "del", space], capture_output=True)
+
+
 def _node_command(
-    node: int, backend: str, port: int, run_id: str, save: Path, *script: str, options: tuple[str, ...] = ()
+    node: int, backend: str, port: int, run_id: str, save: Path, *script: str, options: tuple[str, ...] = (),
+    address: str = "127.0.0.1",
 ) -> list[str]:
     launch = [*torchrun(), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", "--rdzv-id", run_id]
     if backend == "static":
-        launch += ["--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        launch += ["--rdzv-backend", "static", "--master-addr", address, "--master-port", str(port)]
     else:
-        launch += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+        launch += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{address}:{port}"]
     return watch_command(*launch, DDP, *script, save=save, options=options)
 
 
 def _start(cmd: list[str], tmp: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(cmd, env=environment(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return LOCALHOST.start(0, cmd, tmp)
 
 
 def _ranks(report: dict) -> dict[int, dict]:
@@ -107,18 +167,20 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def test_a_node_killed_mid_run_stays_in_the_other_nodes_report(tmp: Path, tmp_path: Path) -> None:
+def test_a_node_killed_mid_run_stays_in_the_other_nodes_report(hosts: Hosts, tmp: Path, tmp_path: Path) -> None:
     port, facts, run_id = free_port(), tmp_path / "facts.json", "job-killed"
     saves = [tmp_path / f"node{node}.json" for node in (0, 1)]
     script = ("--holder", "local", "--facts", str(facts), "--steps", "4000")
-    watchers = [_start(_node_command(node, "static", port, run_id, saves[node], *script,
-                                     options=("--status-every", "1") if node == 0 else ()), tmp) for node in (0, 1)]
+    watchers = [hosts.start(node, _node_command(node, "static", port, run_id, saves[node], *script, address=hosts.address,
+                                                options=("--status-every", "1") if node == 0 else ()), tmp)
+                for node in (0, 1)]
+    named = rf"rank 1 @{re.escape(hosts.names[1])} \(node 1\): leak \+[\d.]+ KiB/step in heap · kept_outputs"
     try:
         assert watchers[0].stderr is not None
         seen = []
         for line in watchers[0].stderr:  # node 0's live status, until it names the other node's leak
             seen.append(line)
-            if re.search(rf"rank 1 @{re.escape(HOST)} \(node 1\): leak \+[\d.]+ KiB/step in heap · kept_outputs", line):
+            if re.search(named, line):
                 break
         else:
             raise AssertionError("node 0's status never named rank 1's leak:\n" + "".join(seen)[-3000:])
@@ -138,7 +200,8 @@ def test_a_node_killed_mid_run_stays_in_the_other_nodes_report(tmp: Path, tmp_pa
     ranks = _ranks(report)
     assert sorted(ranks) == [0, 1]
     gone = ranks[1]
-    assert gone["via"] == "store" and gone["host"] == HOST and gone["node"] == 1
+    assert gone["via"] == "store" and gone["host"] == hosts.names[1] and gone["node"] == 1
+    assert ranks[0]["host"] == hosts.names[0]
     assert gone["status"] in ("stale", "killed"), gone["status"]
     assert gone["verdict"] == "leak" and gone["steps"] > 0  # its last summary's figures
     assert gone["ram"]["end"] > 100 << 20 and gone["heap"]["end"] > 0
