@@ -42,6 +42,15 @@ def _status_period_s(text: str) -> float:
     return value
 
 
+def _metrics_address(text: str) -> tuple[str, int]:
+    from .watch_metrics import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give PORT or ADDR:PORT, e.g. 9400 or 0.0.0.0:9400") from None
+
+
 def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """(the command line's parser, its `watch` subcommand's)."""
     main = argparse.ArgumentParser(
@@ -50,7 +59,8 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     commands = main.add_subparsers(dest="action", required=True, metavar="{watch,show}")
     watch = commands.add_parser(
         "watch", help="run COMMAND (a script, torchrun ...) with every rank watched; print the report",
-        usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S] -- COMMAND ...",
+        usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S]\n"
+              "                                [--prometheus [ADDR:]PORT] -- COMMAND ...",
     )
     watch.add_argument("--interval", type=_interval_ms, default=100.0, metavar="MS",
                        help="sampling period in milliseconds, 1-10000 (default 100)")
@@ -59,6 +69,9 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     watch.add_argument("--status-every", type=_status_period_s, default=None, metavar="S",
                        help="the live status's period on stderr, in seconds (default: 1 on a terminal, kept at the "
                             "bottom of the screen; 10 otherwise, as plain lines; 0: no live status)")
+    watch.add_argument("--prometheus", type=_metrics_address, default=None, metavar="[ADDR:]PORT",
+                       help="serve every rank's gauges for Prometheus at http://ADDR:PORT/metrics (ADDR defaults to "
+                            "127.0.0.1, this host only; needs prometheus_client)")
     watch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     show = commands.add_parser("show", help="print saved .json reports (several: merged into one)")
     show.add_argument("paths", nargs="+", metavar="PATH")
@@ -91,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         watch_parser.error("no command to watch: put it after --, e.g. -- torchrun --nproc-per-node 2 train.py")
     return run_watched(
-        WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan, arguments.status_every)
+        WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan, arguments.status_every,
+                     arguments.prometheus)
     )
 
 

@@ -16,11 +16,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .agent.boot import ENV_SCAN
 from .ranks.protocol import ENV_INTERVAL_MS, ENV_SINK
 from .results import Report
+
+if TYPE_CHECKING:
+    from .live_view import Listener
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "bootstrap")
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -35,6 +38,7 @@ class WatchOptions:
     save_path: str | None = None
     scan: bool = True
     status_every_s: float | None = None  # the live status's period (None: 1 s on a terminal, else 10 s; 0: none)
+    metrics_address: tuple[str, int] | None = None  # where to serve the ranks as Prometheus gauges, if anywhere
 
 
 def child_environment(base: Mapping[str, str], address: str, interval_ms: float, scan: bool) -> dict[str, str]:
@@ -108,13 +112,35 @@ def ending_of(returncode: int) -> BaseException | None:
 
 def run_watched(options: WatchOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the command under a watching session; print (and save) the report; the command's exit status."""
+    from .live_view import FanOut, Listener
+    from .watch_metrics import MetricsEndpoint, MetricsUnavailable, RankBoard
+    from .watch_status import TerminalStatus
+
+    listeners: list[Listener] = [] if options.status_every_s == 0 else [TerminalStatus(err, options.status_every_s)]
+    endpoint = None
+    if options.metrics_address is not None:
+        board = RankBoard()
+        try:
+            endpoint = MetricsEndpoint(board, *options.metrics_address)
+        except MetricsUnavailable as exc:
+            print(f"torchmem_magic watch: {exc}", file=err)
+            return 2
+        print(f"torchmem_magic watch: the ranks' gauges at {endpoint.url}", file=err, flush=True)
+        listeners.append(board)
+    listener = listeners[0] if len(listeners) == 1 else FanOut(listeners) if listeners else None
+    try:
+        return _watch(options, listener, out, err)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _watch(options: WatchOptions, listener: Listener | None, out: TextIO, err: TextIO) -> int:
     from .options import SessionOptions
     from .saved import save_report
     from .session import MemwatchSession
-    from .watch_status import TerminalStatus
 
-    status = None if options.status_every_s == 0 else TerminalStatus(err, options.status_every_s)
-    session = MemwatchSession(SessionOptions(options.interval_ms, train_hooks=False, watch_ranks=True), listener=status)
+    session = MemwatchSession(SessionOptions(options.interval_ms, train_hooks=False, watch_ranks=True), listener=listener)
     session.start()
     try:
         assert session.ranks is not None

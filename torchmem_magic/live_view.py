@@ -5,6 +5,8 @@ and never reach the session itself; the verdict so far is worked out here, at mo
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .model import Clock, DeviceMemory, LiveStatus, Suspect
@@ -42,6 +44,29 @@ class Listener(Protocol):
     def on_tick(self, view: LiveView) -> None: ...
 
     def on_finish(self, view: LiveView, report: Report) -> None: ...
+
+
+class FanOut:
+    """Several listeners as one: each is called on its own period (the fastest sets the ticks)."""
+
+    tick_cpu_share: float | None = None
+
+    def __init__(self, listeners: list[Listener], clock: Callable[[], float] = time.monotonic) -> None:
+        self._listeners = listeners
+        self._clock = clock
+        self._next_s = [0.0] * len(listeners)
+        self.tick_period_s = min(listener.tick_period_s for listener in listeners)
+
+    def on_tick(self, view: LiveView) -> None:
+        now_s = self._clock()
+        for i, listener in enumerate(self._listeners):
+            if now_s >= self._next_s[i]:
+                self._next_s[i] = now_s + listener.tick_period_s
+                listener.on_tick(view)
+
+    def on_finish(self, view: LiveView, report: Report) -> None:
+        for listener in self._listeners:
+            listener.on_finish(view, report)
 
 
 class LiveView:

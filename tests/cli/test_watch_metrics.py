@@ -1,0 +1,120 @@
+"""`watch --prometheus`: every rank's gauges, scraped over HTTP while the command runs.
+
+Scraped for real and parsed with prometheus_client's own text parser. The end-to-end test is keyed
+to an event: the leaking rank waits at a step until a scrape has shown its leak (a file the test
+creates once it has)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from watching import SCRIPTS, environment, free_port, torchrun
+
+from torchmem_magic.ranks.live import RankLive
+from torchmem_magic.watch_metrics import MetricsEndpoint, RankBoard, parse_address
+
+DDP = str(SCRIPTS / "ddp_leak.py")
+
+
+def _scrape(url: str) -> dict[str, dict[str, float]]:
+    """{gauge name: {rank label (or ''): value}}."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[sample.labels.get("rank", "")] = sample.value
+    return out
+
+
+def test_the_gauges_say_each_ranks_state() -> None:
+    board = RankBoard()
+    board.ranks = (
+        RankLive(rank=0, pid=10, verdict="clean", steps=300, peak_bytes=2.0e8, host="a", node=0),
+        RankLive(rank=1, pid=11, verdict="leak", steps=280, peak_bytes=3.0e8, per_step_bytes=65536.0, host="b", node=1),
+        RankLive(rank=2, pid=12, verdict="unknown", steps=20, died="SIGKILL", host="b", node=1),
+    )
+    endpoint = MetricsEndpoint(board, "127.0.0.1", 0)
+    try:
+        seen = _scrape(endpoint.url)
+    finally:
+        endpoint.close()
+    assert seen["torchmem_magic_rank_verdict"] == {"0": 0.0, "1": 2.0, "2": -1.0}
+    assert seen["torchmem_magic_rank_growth_bytes_per_step"] == {"0": 0.0, "1": 65536.0, "2": 0.0}
+    assert seen["torchmem_magic_rank_up"] == {"0": 1.0, "1": 1.0, "2": 0.0}
+    assert seen["torchmem_magic_rank_steps"]["1"] == 280.0 and seen["torchmem_magic_rank_memory_peak_bytes"]["1"] == 3.0e8
+    assert seen["torchmem_magic_ranks"] == {"": 3.0} and seen["torchmem_magic_worst_rank"] == {"": 2.0}
+    with pytest.raises(urllib.error.URLError):  # closed: nothing is left listening
+        urllib.request.urlopen(endpoint.url, timeout=5)
+
+
+def test_an_address_is_this_host_unless_said() -> None:
+    assert parse_address("9400") == ("127.0.0.1", 9400)
+    assert parse_address("0.0.0.0:9400") == ("0.0.0.0", 9400)
+    assert parse_address("[::1]:9400") == ("::1", 9400)
+    with pytest.raises(ValueError):
+        parse_address("70000")
+
+
+def test_a_scrape_shows_the_leaking_rank_while_the_run_goes(tmp: Path, tmp_path: Path) -> None:
+    go, port = tmp_path / "go", free_port()
+    cmd = [sys.executable, "-m", "torchmem_magic", "watch", "--status-every", "0", "--prometheus", f"127.0.0.1:{port}",
+           "--", *torchrun(), "--nproc-per-node", "2", DDP, "--sleep-s", "0.01", "--wait-at", "120",
+           "--wait-for", str(go), "--facts", str(tmp_path / "facts.json")]
+    watcher = subprocess.Popen(cmd, env=environment(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url, seen = f"http://127.0.0.1:{port}/metrics", {}
+    try:
+        deadline = time.monotonic() + 240  # a guard against a hang, not a timing assumption
+        while watcher.poll() is None and time.monotonic() < deadline:
+            try:
+                seen = _scrape(url)
+            except (urllib.error.URLError, ConnectionError):
+                seen = {}
+            if seen.get("torchmem_magic_rank_verdict", {}).get("1") == 2.0:
+                go.touch()  # the leaking rank, waiting at step 120, goes on
+                break
+            time.sleep(0.2)
+        out, err = watcher.communicate(timeout=240)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
+    assert go.exists(), (seen, err[-3000:])
+    assert watcher.returncode == 0, err[-3000:]
+    assert seen["torchmem_magic_rank_verdict"]["0"] == 0.0
+    assert seen["torchmem_magic_rank_growth_bytes_per_step"]["1"] > 32 * 1024  # ~66 KiB a step kept
+    assert seen["torchmem_magic_rank_up"] == {"0": 1.0, "1": 1.0}
+    assert f"the ranks' gauges at {url}" in err and "verdict: leak (worst rank: 1)" in out
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=5)
+
+
+def test_without_prometheus_client_it_is_one_line_and_nothing_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    code = ("import sys; sys.modules['prometheus_client'] = None\n"
+            "from torchmem_magic.__main__ import main\n"
+            f"sys.exit(main(['watch', '--prometheus', '9400', '--', 'touch', {str(marker)!r}]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment(tmp_path))
+    assert result.returncode == 2 and not marker.exists()
+    assert result.stderr.strip() == "torchmem_magic watch: --prometheus needs prometheus_client: pip install prometheus-client"
+
+
+def test_a_taken_port_is_one_line(tmp_path: Path) -> None:
+    board = RankBoard()
+    endpoint = MetricsEndpoint(board, "127.0.0.1", 0)
+    try:
+        port = endpoint.url.split(":")[-1].split("/")[0]
+        result = subprocess.run([sys.executable, "-m", "torchmem_magic", "watch", "--prometheus", f"127.0.0.1:{port}",
+                                 "--", "true"], capture_output=True, text=True, env=environment(tmp_path))
+    finally:
+        endpoint.close()
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"torchmem_magic watch: cannot serve metrics on 127.0.0.1:{port}: ")
+    assert "Traceback" not in result.stderr
