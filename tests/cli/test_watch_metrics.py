@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from watching import SCRIPTS, environment, free_port, torchrun
 
+from torchmem_magic.live_view import FanOut
 from torchmem_magic.ranks.live import RankLive
 from torchmem_magic.watch_metrics import MetricsEndpoint, RankBoard, parse_address
 
@@ -55,6 +56,28 @@ def test_the_gauges_say_each_ranks_state() -> None:
         urllib.request.urlopen(endpoint.url, timeout=5)
 
 
+def test_listeners_fanned_out_are_each_called_on_their_own_period() -> None:
+    class Counting:
+        def __init__(self, period_s: float) -> None:
+            self.tick_period_s, self.ticks, self.finished = period_s, 0, False
+
+        def on_tick(self, view: object) -> None:
+            self.ticks += 1
+
+        def on_finish(self, view: object, report: object) -> None:
+            self.finished = True
+
+    now = [0.0]
+    fast, slow = Counting(1.0), Counting(10.0)
+    both = FanOut([fast, slow], clock=lambda: now[0])  # type: ignore[list-item]
+    assert both.tick_period_s == 1.0
+    for tick in range(25):
+        now[0] = float(tick)
+        both.on_tick(None)  # type: ignore[arg-type]
+    both.on_finish(None, None)  # type: ignore[arg-type]
+    assert (fast.ticks, slow.ticks) == (25, 3) and fast.finished and slow.finished
+
+
 def test_an_address_is_this_host_unless_said() -> None:
     assert parse_address("9400") == ("127.0.0.1", 9400)
     assert parse_address("0.0.0.0:9400") == ("0.0.0.0", 9400)
@@ -65,7 +88,7 @@ def test_an_address_is_this_host_unless_said() -> None:
 
 def test_a_scrape_shows_the_leaking_rank_while_the_run_goes(tmp: Path, tmp_path: Path) -> None:
     go, port = tmp_path / "go", free_port()
-    cmd = [sys.executable, "-m", "torchmem_magic", "watch", "--status-every", "0", "--prometheus", f"127.0.0.1:{port}",
+    cmd = [sys.executable, "-m", "torchmem_magic", "watch", "--status-every", "1", "--prometheus", f"127.0.0.1:{port}",
            "--", *torchrun(), "--nproc-per-node", "2", DDP, "--sleep-s", "0.01", "--wait-at", "120",
            "--wait-for", str(go), "--facts", str(tmp_path / "facts.json")]
     watcher = subprocess.Popen(cmd, env=environment(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -92,6 +115,7 @@ def test_a_scrape_shows_the_leaking_rank_while_the_run_goes(tmp: Path, tmp_path:
     assert seen["torchmem_magic_rank_growth_bytes_per_step"]["1"] > 32 * 1024  # ~66 KiB a step kept
     assert seen["torchmem_magic_rank_up"] == {"0": 1.0, "1": 1.0}
     assert f"the ranks' gauges at {url}" in err and "verdict: leak (worst rank: 1)" in out
+    assert "  rank 1 @" in err  # the live status goes on beside the endpoint
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)
 
