@@ -301,7 +301,7 @@ def fuse(
         rest = advice[1:] if diagnosis.verdict == "unknown" else advice  # drop "too few steps for a verdict"
         if all(name in trends and (trends[name].bounded or name in aliased) for name in new_graphs):
             return replace(diagnosis, verdict="clean", advice=(*rest, *bounded))
-        lines = [f"{', '.join(new_graphs)} holds autograd graphs new in this cell; too few scans to tell whether "
+        lines = [f"{', '.join(new_graphs)} holds autograd graphs new in this run; too few scans to tell whether "
                  "they grow"]
         return replace(diagnosis, verdict="suspect", advice=(*lines, *rest, *bounded))
     judged = all(trends.get(s.name) is not None and trends[s.name].growth_per_step is not None

@@ -108,7 +108,7 @@ def test_graphs_new_in_the_cell_that_do_not_grow_are_not_a_leak() -> None:
     for curves in (diagnosis("clean"), too_short):
         still = fuse(curves, [unjudged], "optimizer", None, None)
         assert still.verdict == "suspect" and still.advice == (
-            "last holds autograd graphs new in this cell; too few scans to tell whether they grow",
+            "last holds autograd graphs new in this run; too few scans to tell whether they grow",
         )
     old = replace(unjudged, new_in_cell=False)  # graphs that were there before the cell are not evidence
     assert fuse(diagnosis("clean"), [old], "optimizer", None, None).verdict == "clean"

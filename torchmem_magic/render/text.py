@@ -233,12 +233,13 @@ def _on_rank(suspect: Suspect) -> str:
 
 
 def suspects_text(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool = True) -> list[str]:
-    """`in_cell`: the suspects come from a %%memwatch cell, so "new in cell" means something."""
+    """`in_cell`: the suspects come from a watched run (a cell, a block, a script), so whether each is
+    new in that run means something ("new in this run": the run's own, not the notebook's before it)."""
     if not suspects:
         return []
     lines = ["  holders of tensors / autograd graphs, largest first:"]
     for s in suspects:
-        new = (", new in cell" if s.new_in_cell else ", existed before") if in_cell else ""
+        new = (", new in this run" if s.new_in_cell else ", existed before") if in_cell else ""
         lines.append(
             f"    {_on_rank(s)}{s.name} ({s.kind}): {format_bytes(s.retained_bytes)} retained, {_count(s.tensors, 'tensor')}, "
             f"{s.graph_nodes:,} graph nodes{new} — e.g. {s.path}"
@@ -259,7 +260,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool = True) -> str:
     if not suspects:
         return ""
-    header = ["name", "kind", "tensors", "graph nodes", "retained", *(["new in cell"] if in_cell else []), "fix"]
+    header = ["name", "kind", "tensors", "graph nodes", "retained", *(["new in this run"] if in_cell else []), "fix"]
     rows = [
         [
             f"{html.escape(_on_rank(s))}<b>{html.escape(s.name)}</b><br><small>{html.escape(s.path)}</small>",
