@@ -161,7 +161,7 @@ def with_baselines(document: dict[str, Any], specs: list[Spec], measured: dict[s
         if isinstance(result, Measured):
             quantity = compared(spec, result)
             if quantity is not None:
-                figures[spec.name]["baseline"] = float(f"{quantity:.4g}")
+                figures[spec.name]["baseline"] = float(f"{quantity:.6g}")
     return {**document, "figures": figures}
 
 
