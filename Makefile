@@ -11,6 +11,10 @@
 #   make bench  set up (with the peers the benchmark compares against, the `bench` group), then run the
 #               benchmarks and rewrite their tables in the docs pages (docs/benchmarks.md, docs/verdicts.md,
 #               docs/leak-finder.md)
+#   make bench-check  set up (no peers needed: the kernel client and ipykernel come with the test group), then
+#               run a quick version of the benchmarks (~10 minutes) and fail when a figure passes its goal or
+#               regresses past its stored baseline (bench/goals.json; docs/benchmarks.md, "Checking for
+#               regressions"); not part of `make test`: too long for CI
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
 #   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
 #               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
@@ -47,7 +51,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench stress-holders device-check clean
+.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench bench-check stress-holders device-check clean
 
 setup: $(STAMP)
 
@@ -123,6 +127,9 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/run_all.py
+
+bench-check: setup
+	$(BIN)/python bench/check.py
 
 stress-holders: setup
 	PYTHON=$(BIN)/python tools/no_flips 3 tests/kernel/test_framework_loops.py

@@ -79,8 +79,9 @@ def _start(tree: Path) -> Kernel:
     return kernel
 
 
-def run(rounds: int = 9, trees: dict[str, Path] | None = None) -> dict[str, Any]:
-    """Each tree's extra time per configuration, its cells interleaved with the other trees' cells."""
+def run(rounds: int = 9, trees: dict[str, Path] | None = None, first_rounds: int = FIRST_ROUNDS) -> dict[str, Any]:
+    """Each tree's extra time per configuration, its cells interleaved with the other trees' cells
+    (`rounds` of the later cells, `first_rounds` of the first cell's)."""
     trees = trees or {"this checkout": HERE}
     kernels = {name: _start(tree) for name, tree in trees.items()}
     try:
@@ -93,7 +94,7 @@ def run(rounds: int = 9, trees: dict[str, Path] | None = None) -> dict[str, Any]
             for name in order:
                 samples[name][config].append(measure(kernels[name]))
 
-        for round_ in range(FIRST_ROUNDS):
+        for round_ in range(first_rounds):
             interleaved(_first_cell_s, FIRST_CELL, round_)
         for kernel in kernels.values():  # the live figure's first cell imports the widget libraries
             kernel.ok(CONFIGS["live figure (default)"], timeout_s=300)
@@ -107,7 +108,7 @@ def run(rounds: int = 9, trees: dict[str, Path] | None = None) -> dict[str, Any]
     finally:
         for kernel in kernels.values():
             kernel.shutdown()
-    return {"objects": objects, "rounds": rounds, "first_rounds": FIRST_ROUNDS,
+    return {"objects": objects, "rounds": rounds, "first_rounds": first_rounds,
             "extra_s": {name: {config: _quartiles(v) if len(v) > 1 else (v[0],) * 3 for config, v in by.items()}
                         for name, by in samples.items()}}
 

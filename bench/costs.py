@@ -28,10 +28,7 @@ def _median_us(fn: Any, n: int = 2000) -> float:
 def hot_path_costs() -> dict[str, float]:
     session = MemwatchSession(SessionOptions(10_000.0))  # a long interval: the background thread stays out of the way
     with session:
-        def step() -> None:
-            session.tick("optimizer")
-
-        skipped_us = _median_us(step)
+        skipped_us = unsampled_step_us(session)
 
         def sampled_step() -> None:
             session.step_counter.sampling.sample_next()  # force a sample on this step
@@ -57,6 +54,29 @@ def hot_path_costs() -> dict[str, float]:
         "heap read (mallinfo2), fresh process": _fresh_heap_read_us(),
         "heap read (mallinfo2), this process after the overhead runs": _median_us(HeapProbe().read),
     }
+
+
+def unsampled_step_us(session: MemwatchSession, n: int = 2000) -> float:
+    """The step hook's path on a step that is not sampled: what nearly every step of a long run pays."""
+    return _median_us(lambda: session.tick("optimizer"), n)
+
+
+def reference_us(n: int = 2000) -> float:
+    """A fixed piece of Python (`sum(range(50))`) timed the same way as the hot paths: the machine's speed
+    at that moment, to divide a hot path's time by."""
+    return _median_us(lambda: sum(range(50)), n)
+
+
+def unsampled_step_vs_reference(rounds: int = 7, n: int = 2000) -> tuple[float, float, float]:
+    """(µs of the unsampled step path, µs of `reference_us`, median of their per-round ratios), the two
+    timed in alternation, so that the machine's load at each moment weighs on both."""
+    hook_us, ref_us, ratios = [], [], []
+    with MemwatchSession(SessionOptions(10_000.0)) as session:
+        for _ in range(rounds):
+            hook_us.append(unsampled_step_us(session, n))
+            ref_us.append(reference_us(n))
+            ratios.append(hook_us[-1] / ref_us[-1])
+    return statistics.median(hook_us), statistics.median(ref_us), statistics.median(ratios)
 
 
 def _guarded_sampled_step_us() -> float:

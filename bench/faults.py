@@ -282,7 +282,8 @@ def one_line_message(execution: Execution) -> bool:
 def ename(execution: Execution) -> str | None:
     """How the cell ended; from the reply too: a second SIGINT while IPython formats the first one's
     traceback leaves a bare 'KeyboardInterrupt' on stderr and no error message."""
-    return (execution.error or {}).get("ename") or execution.reply["content"].get("ename")
+    name = (execution.error or {}).get("ename") or execution.reply["content"].get("ename")
+    return None if name is None else str(name)
 
 
 def expect_status(run: Run, execution: Execution, check: dict[str, Any], statuses: tuple[str, ...],
@@ -334,7 +335,9 @@ def _kill_worker_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
     delay = rng.uniform(0.1, 1.5)
 
     def plan(stdout: str, now: float) -> list[tuple[float, Callable[[], None]]]:
-        pids = [int(p) for p in re.search(r"WORKERS ([\d ]+)", stdout).group(1).split()]
+        found = re.search(r"WORKERS ([\d ]+)", stdout)
+        assert found is not None, "the plan runs once the cell printed its workers"
+        pids = [int(p) for p in found.group(1).split()]
         victim = VICTIM["pid"] = rng.choice(pids)
 
         def kill() -> None:

@@ -48,13 +48,13 @@ def run_once(leak: bool) -> dict[str, float]:
             if leak:
                 namespace["kept"].append(torch.ones(1 << 18))  # 1 MiB a step
     wall_s = time.perf_counter() - started
-    report = session.report
-    assert report is not None
+    report, finder = session.report, session.finder
+    assert report is not None and finder is not None
     return {
         "wall_s": wall_s,
         "named_at_step": float(report.live_suspects_at_step or -1),
-        "scan_share_pct": 100 * session.finder.spent_s / wall_s,
-        "scans": float(session.finder.scans),
+        "scan_share_pct": 100 * finder.spent_s / wall_s,
+        "scans": float(finder.scans),
         "verdict_leak": float(report.verdict == "leak"),
     }
 

@@ -94,13 +94,16 @@ def time_per_step(step: Callable[[], None], steps: int, config: str) -> tuple[fl
 CONFIGS = ("baseline", "memwatch 100 ms (default)", "memwatch 100 ms + live figure", "memwatch 10 ms")
 
 
-def run(rounds: int = 5) -> list[dict[str, Any]]:
+WORKLOADS = ("tiny MLP (Python-bound)", "MLP 256-1024-10, batch 128")
+
+
+def run(rounds: int = 5, workloads: tuple[str, ...] = WORKLOADS, configs: tuple[str, ...] = CONFIGS[1:]) -> list[dict[str, Any]]:
     torch.set_num_threads(1)
     results = []
-    for workload in ("tiny MLP (Python-bound)", "MLP 256-1024-10, batch 128"):
+    for workload in workloads:
         step, steps = make_workload(workload)
         baselines: list[float] = []
-        for config in CONFIGS[1:]:
+        for config in configs:
             ratios, timings, own_shares, dense_costs = [], [], [], []
             for _ in range(rounds):
                 before, _, _ = time_per_step(step, steps, "baseline")
@@ -124,7 +127,7 @@ def run(rounds: int = 5) -> list[dict[str, Any]]:
                 }
             )
         results.insert(
-            len(results) - len(CONFIGS) + 1,
+            len(results) - len(configs),
             {"workload": workload, "config": "baseline", "ms_per_step": statistics.median(baselines) * 1e3,
              "overhead_pct": 0.0, "overhead_iqr_pct": (0.0, 0.0), "own_cpu_pct": 0.0, "dense_start_ms": 0.0},
         )

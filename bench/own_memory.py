@@ -33,7 +33,7 @@ from torchmem_magic.scan.scanner import scan_roots  # noqa: E402
 from torchmem_magic.leak_finder import END_SCAN_BUDGET  # noqa: E402
 from torchmem_magic.options import SessionOptions
 
-PACKAGE = str(Path(__import__("torchmem_magic").__file__).parent)
+PACKAGE = __import__("torchmem_magic").__path__[0]
 
 
 class SimulatedClock:
@@ -50,7 +50,7 @@ def _own_bytes(snapshot: tracemalloc.Snapshot) -> int:
     return sum(stat.size for stat in only_ours.statistics("filename"))
 
 
-def session_memory(hours: float, interval_s: float = 0.01, steps_per_s: float = 200.0) -> dict[str, float]:
+def session_memory(hours: float, interval_s: float = 0.01, steps_per_s: float = 200.0) -> dict[str, Any]:
     """A session's own memory after `hours` of simulated run at `interval_s`, with `steps_per_s` steps."""
     clock = SimulatedClock()
     session = MemwatchSession(SessionOptions(interval_s * 1000, watch_ranks=False, train_hooks=False), clock=clock)
@@ -102,7 +102,8 @@ def record_size(hours: float = 24.0, interval_s: float = 0.1, steps_per_s: float
         recorder = FlightRecorder("for step in range(steps): ...", directory=Path(directory))
         session = MemwatchSession(SessionOptions(interval_s * 1000, watch_ranks=False, train_hooks=False), clock=clock, recorder=recorder)
         session.start()
-        assert session._sampler is not None and recorder.path is not None
+        view = session.view
+        assert session._sampler is not None and recorder.path is not None and view is not None
         session._sampler.stop()
         row = session._background_row()
         step_row = dict(row)
@@ -117,7 +118,7 @@ def record_size(hours: float = 24.0, interval_s: float = 0.1, steps_per_s: float
             if i % 10 == 0:  # a sampled step a second, as the stride settles on a long run
                 session.timeline.by_step.append(step_row)
             started = time.thread_time()
-            recorder.on_sample(session, t_s)
+            recorder.on_sample(view, t_s)
             cpu_s += time.thread_time() - started
             if i % 600 == 0:  # every simulated minute
                 largest = max(largest, recorder.path.stat().st_size)

@@ -327,7 +327,7 @@ class KernelRun:
             try:
                 self.kernel.execute("pass", timeout_s=30)  # drain the interrupted cell's messages
             except TimeoutError:
-                cell.error += "; the kernel did not answer an interrupt"
+                cell.error = f"{cell.error}; the kernel did not answer an interrupt"
             self.cells.append(cell)
             return cell
         cell = Cell(label, time.perf_counter() - started, execution)
@@ -389,7 +389,7 @@ def measure_group(tools: list[Tool], params: dict[str, Any], failures: dict[str,
             if cell.error:
                 failures["ipyexperiments `IPyExperimentsPytorch()`"] = cell.error
         rounds = params["rounds"]
-        samples: dict[tuple[str, str], list[dict[str, float]]] = {}
+        samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
         broken: set[str] = set()
         loop_errors: dict[tuple[str, str], str] = {}
 
@@ -417,11 +417,11 @@ def measure_group(tools: list[Tool], params: dict[str, Any], failures: dict[str,
                     if tool.name in broken or r >= (tool.rounds or rounds):
                         continue
                     label = f"{key} {tool.name} {r}"
-                    cell = tool_cell(tool, label, func)
+                    watched = tool_cell(tool, label, func)
                     nxt = run.run(_body(f"{key} bare {r}+{tool.name}", func), f"{key} bare {r}+{tool.name}")
-                    if cell is not None and not prev.error and not nxt.error:
+                    if watched is not None and not prev.error and not nxt.error:
                         samples.setdefault((tool.name, key), []).append(
-                            {"label": label, "bare_labels": (prev.label, nxt.label), "wall": cell.wall_s,
+                            {"label": label, "bare_labels": (prev.label, nxt.label), "wall": watched.wall_s,
                              "bare_wall": (prev.wall_s + nxt.wall_s) / 2})
                     prev = nxt
         inner = run.inner_times()
@@ -432,11 +432,12 @@ def measure_group(tools: list[Tool], params: dict[str, Any], failures: dict[str,
                 entry["fixed_s"] = _quartiles(walls)
             else:
                 ratios, tool_s, bare_s = [], [], []
-                for r in rows:
-                    t, b = inner.get(r["label"]), [inner.get(x) for x in r["bare_labels"]]
-                    if t is None or None in b:
+                for row in rows:
+                    t, b = inner.get(row["label"]), [inner.get(x) for x in row["bare_labels"]]
+                    known = [x for x in b if x is not None]
+                    if t is None or len(known) < len(b):
                         continue
-                    bare = sum(b) / 2
+                    bare = sum(known) / 2
                     ratios.append(t / bare)
                     tool_s.append(t)
                     bare_s.append(bare)

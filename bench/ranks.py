@@ -96,7 +96,9 @@ def launch(world: int, watched: bool) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-ranks-") as out_dir:
         context = torchmem_magic.memwatch(quiet=True) if watched else nullcontext()
         with context:
-            mp.start_processes(rank_loop, args=(world, _free_port(), out_dir), nprocs=world, start_method="fork")
+            # torch's launcher is untyped and reached through torch.multiprocessing's star import
+            mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
+                rank_loop, args=(world, _free_port(), out_dir), nprocs=world, start_method="fork")
         return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(world)]
 
 

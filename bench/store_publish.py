@@ -15,7 +15,7 @@ import sys
 import time
 
 import torch
-from torch.distributed import TCPStore
+from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported from torch._C at run time
 
 from torchmem_magic.agent.publish import StorePublishing
 from torchmem_magic.options import SessionOptions
@@ -27,6 +27,7 @@ class _Publishing:
     """The session's listener, as the rank agent drives it."""
 
     tick_period_s = 0.25
+    tick_cpu_share: float | None = None  # every tick_period_s, as the rank agent's listener
 
     def __init__(self, publishing: StorePublishing) -> None:
         self.publishing = publishing

@@ -41,7 +41,7 @@ def rule_b(steps: list[float], ram: list[float], total_steps: int) -> str:
 
 
 def _ours(verdict: Any) -> str:
-    return verdict.verdict + (f" ({verdict.leak_kind})" if verdict.leak_kind else "")
+    return str(verdict.verdict) + (f" ({verdict.leak_kind})" if verdict.leak_kind else "")
 
 
 def synthetic_cases(n: int) -> list[tuple[str, str, list[float], list[float]]]:
