@@ -17,6 +17,7 @@ import ipywidgets
 
 from .. import actions
 from ..units import format_bytes
+from .shared import layout, shared
 
 if TYPE_CHECKING:
     from ..results import Report
@@ -49,25 +50,26 @@ def _route_to_senders_subshell(widget: ipywidgets.Widget) -> None:
 class Controls:
     """The row of buttons and the line that says what the last action did."""
 
-    def __init__(self) -> None:
-        self._requests: StepRequests | None = None  # while a run goes on
+    def __init__(self, requests: StepRequests | None = None) -> None:
+        """`requests`: where clicks go during the run (as `attach`, from the start)."""
+        self._requests = requests  # while a run goes on
         self._suspects: tuple[Any, ...] = ()
-        # one layout and one style for all buttons, one of each for the text lines (the empty layout also
-        # for the box): every widget, a style or layout too, is a model the kernel opens a comm for, and
-        # a cell pays for each
-        layout, button_style = ipywidgets.Layout(width="auto"), ipywidgets.ButtonStyle()
-        self.gc_button = ipywidgets.Button(description="gc + empty_cache", icon="recycle", layout=layout, style=button_style,
+        # the kernel's shared layouts and styles (`shared`): every widget, a style or layout too, is a
+        # model the kernel opens a comm for, and a cell pays for each
+        button_layout, button_style = layout(width="auto"), shared(ipywidgets.ButtonStyle)
+        self.gc_button = ipywidgets.Button(description="gc + empty_cache", icon="recycle", layout=button_layout, style=button_style,
                                            tooltip="gc.collect(), and torch.cuda.empty_cache() if CUDA is in use")
-        self.trim_button = ipywidgets.Button(description="return heap to OS", layout=layout, style=button_style,
+        self.trim_button = ipywidgets.Button(description="return heap to OS", layout=button_layout, style=button_style,
                                              tooltip="glibc malloc_trim(0): RSS drops to what is really in use")
-        self.release_button = ipywidgets.Button(description="release notebook caches", layout=layout, style=button_style,
+        self.release_button = ipywidgets.Button(description="release notebook caches", layout=button_layout, style=button_style,
                                                 tooltip="Out/_/__/___ and their hidden copies, the last traceback")
-        self.stop_button = ipywidgets.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
-                                             layout=layout, style=button_style, tooltip="end the loop at the next step")
+        self.stop_button = ipywidgets.Button(description="Stop", icon="stop", button_style="danger", disabled=requests is None,
+                                             layout=button_layout, style=button_style, tooltip="end the loop at the next step")
         info = actions.sharing_info()
         self.strategy = ipywidgets.Dropdown(options=list(info.strategies), value=info.strategy,
-                                            description="sharing:", layout=ipywidgets.Layout(width="220px"))
-        text_layout, text_style = ipywidgets.Layout(), ipywidgets.widgets.widget_string.HTMLStyle()
+                                            description="sharing:", layout=layout(width="220px"),
+                                            style=shared(ipywidgets.widgets.widget_description.DescriptionStyle))
+        text_layout, text_style = layout(), shared(ipywidgets.widgets.widget_string.HTMLStyle)
         self.result = ipywidgets.HTML(f"<code>{html.escape(str(info))}</code>", layout=text_layout, style=text_style)
         self.note = ipywidgets.HTML(
             "<small>&nbsp;clicks act mid-run, at the next step</small>" if mid_run_clicks_possible()
@@ -85,7 +87,7 @@ class Controls:
         self.widget = ipywidgets.VBox([
             ipywidgets.HBox(
                 [self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy, self.note],
-                layout=ipywidgets.Layout(align_items="center", flex_flow="row wrap"),
+                layout=layout(align_items="center", flex_flow="row wrap"),
             ),
             self.result,
         ], layout=text_layout)
