@@ -146,8 +146,7 @@ class MemwatchMagics(Magics):
             if plot:  # widgets only once the flags and the body are known to be good
                 from .widgets.live import LiveFigure
 
-                figure = session.listener = LiveFigure()
-                figure.attach(session.requests)
+                figure = session.listener = LiveFigure(session.requests)  # its buttons' clicks go to the run
                 display(figure.widget_bundle(), raw=True)
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)

@@ -69,15 +69,15 @@ def test_interrupted_while_the_report_is_made_still_shows_it(kernel: Kernel) -> 
 def test_interrupted_while_the_live_figure_is_made_says_so_in_one_line(kernel: Kernel) -> None:
     kernel.ok(
         "from torchmem_magic.widgets.live import LiveFigure as _TmLiveFigure\n"
-        "_tm_real_attach = _TmLiveFigure.attach\n"
-        "def _tm_interrupted_attach(self, session):\n"
+        "_tm_real_bundle = _TmLiveFigure.widget_bundle\n"
+        "def _tm_interrupted_bundle(self):\n"
         "    raise KeyboardInterrupt  # as a SIGINT landing while the widgets are made\n"
-        "_TmLiveFigure.attach = _tm_interrupted_attach\n"
+        "_TmLiveFigure.widget_bundle = _tm_interrupted_bundle\n"
     )
     try:
         execution = kernel.execute("%%memwatch\nfigure_body_ran = 3\n")
     finally:
-        kernel.ok("_TmLiveFigure.attach = _tm_real_attach")
+        kernel.ok("_TmLiveFigure.widget_bundle = _tm_real_bundle")
     assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
     assert "torchmem_magic: interrupted before the cell ran" in execution.stderr
     assert kernel.value("'figure_body_ran' in globals()") is False

@@ -178,16 +178,20 @@ def test_a_requested_raise_goes_through_the_step_hooks_into_the_loop() -> None:
 
 
 def test_the_figure_draws_a_threshold_once_its_curve_reaches_half_of_it() -> None:
-    strip = CurveStrip(bqplot.LinearScale(), bqplot.LinearScale(), bqplot.Lines())
+    strip = CurveStrip(bqplot.LinearScale(), bqplot.LinearScale())
     x = np.array([0.0, 1.0])
     guard = Threshold(900.0 * MIB, "guard: 90% of RAM limit", "#1f77b4")
     strip.draw(x, [StripCurve("RAM (process tree)", "#1f77b4", np.array([100.0, 300.0]) * MIB)], [guard], [])
-    assert not strip.guard_lines.visible and strip.y_scale.max < 900  # 300 of 900 MiB: the line would squash the curve
+    # 300 of 900 MiB: the line would squash the curve (it is not even made until it is drawn)
+    assert strip.guard_lines is None and strip.y_scale.max < 900
     assert strip.figure.title == "RAM (process tree) · guard: 90% of RAM limit at 900.0 MiB, above"
     strip.draw(x, [StripCurve("RAM (process tree)", "#1f77b4", np.array([100.0, 450.0]) * MIB)], [guard], [])
     assert strip.guard_lines.visible and list(strip.guard_lines.labels) == ["guard: 90% of RAM limit"]
+    assert strip.guard_lines in strip.figure.marks  # made, and on the figure
     assert np.allclose(strip.guard_lines.y, 900.0) and strip.y_scale.max > 900
     assert strip.figure.title == "RAM (process tree) · guard: 90% of RAM limit (dashed)"
+    strip.draw(x, [StripCurve("RAM (process tree)", "#1f77b4", np.array([100.0, 300.0]) * MIB)], [], [])
+    assert not strip.guard_lines.visible  # no threshold any more: hidden
 
 
 # ----------------------------------------------------------------------------- the wiring, with a fake CUDA

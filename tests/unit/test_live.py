@@ -55,7 +55,7 @@ def test_figure_updates_live_and_shows_measured_curves_only() -> None:
     assert steps % 4 == 0 and figure.status.value.replace("&nbsp;", " ").startswith(f"<code>ok · step {steps} · ")
     for strip in figure.shown:
         assert list(strip.epoch_lines.x[:, 0]) == [m.t_s for m in session.timeline.epochs]
-        assert strip.epoch_lines.visible
+        assert strip.epoch_lines.visible and strip.epoch_lines in strip.figure.marks
     assert [s.x_axis.label for s in figure.shown] == [""] * (len(figure.shown) - 1) + ["time (s)"]
 
 
@@ -66,6 +66,37 @@ def test_toggle_to_steps_redraws_against_optimizer_steps() -> None:
     assert figure.shown[-1].x_axis.label == "optimizer step"
     assert list(figure.shown[0].lines.x) == [*(float(s) for s in range(1, 9)), 8.0]  # and the reading after the block
     assert list(figure.shown[0].epoch_lines.x[:, 0]) == [0.0, 4.0]
+
+
+def test_a_strip_makes_its_epoch_lines_at_the_first_epoch_and_a_new_strip_comes_placed() -> None:
+    """What a cell without epochs never needs is never made; the first epoch makes it, on the figure."""
+    figure = LiveFigure()
+    timeline = _leaking_heap(2)
+    figure._draw(idle_view(timeline), final=False)
+    ram, heap = figure.shown
+    for strip in (ram, heap):
+        assert strip.epoch_lines is None and strip.guard_lines is None and strip.figure.marks == [strip.lines]
+    assert heap.figure.layout is ram.figure.layout and ram.figure.layout.height == "190px"  # one layout, two strips
+    assert (ram.x_axis.label, heap.x_axis.label) == ("", "time (s)")  # the new bottom strip came with the label
+    assert heap.figure.fig_margin["bottom"] > ram.figure.fig_margin["bottom"]
+    timeline.add_pass(1.0, 7, (0, 0, 0, 0))
+    figure._draw(idle_view(timeline), final=False)
+    for strip in (ram, heap):
+        assert strip.epoch_lines is not None and strip.epoch_lines.visible
+        assert strip.figure.marks == [strip.lines, strip.epoch_lines]  # under nothing but the curves' own
+        # one line: bqplot keeps it as one row
+        assert np.atleast_2d(strip.epoch_lines.x).tolist() == [[1.0, 1.0]]
+        assert np.atleast_2d(strip.epoch_lines.y).tolist() == [[0.0, 1.0]]
+
+
+def test_figures_share_what_never_changes_and_nothing_they_change() -> None:
+    first, second = LiveFigure(), LiveFigure()
+    assert first.marker_scale is second.marker_scale and first.widget.layout is second.widget.layout
+    assert first.controls.gc_button.layout is second.controls.gc_button.layout
+    assert first.status.style is second.status.style
+    assert first.x_scale is not second.x_scale and first.strip_layout is not second.strip_layout  # both change
+    first.marker_scale.close()
+    assert LiveFigure().marker_scale is not first.marker_scale  # a closed one is made again
 
 
 def test_payload_stays_bounded_for_a_long_run() -> None:

@@ -1,6 +1,9 @@
 """Buttons under the live figure: gc + empty_cache, return heap to OS, release notebook caches,
 Stop, and the multiprocessing sharing strategy.
 
+All but Stop act on the kernel, not on a run: one row of them (`KernelRow`) serves every figure of
+the kernel, beside each figure's own Stop button, so that a cell does not open their models again.
+
 A click is handled wherever the kernel delivers it. While the cell runs that is a kernel subshell
 (ipykernel >= 7 with a front end that routes widget messages there, e.g. JupyterLab 4.6), so the
 handler only *queues* the action; it runs at the next optimizer-step boundary on the training thread.
@@ -10,6 +13,7 @@ Otherwise the click arrives when the cell has ended and acts at once.
 from __future__ import annotations
 
 import html
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +21,7 @@ import ipywidgets
 
 from .. import actions
 from ..units import format_bytes
+from .shared import layout, shared
 
 if TYPE_CHECKING:
     from ..results import Report
@@ -46,29 +51,29 @@ def _route_to_senders_subshell(widget: ipywidgets.Widget) -> None:
         comm._reply_subshell_for = lambda data, default: default
 
 
-class Controls:
-    """The row of buttons and the line that says what the last action did."""
+class KernelRow:
+    """The controls that act on the kernel, not on one run: gc, the heap, the notebook caches, the
+    sharing strategy (the process's), the note on when clicks act (the kernel's), and the line that
+    says what the last action did. One row serves every live figure of the kernel (each figure shows
+    it beside its own Stop button), so a cell does not open their models again; a click acts for the
+    figure made last (`owner`): queued into its run while that runs, else at once."""
 
     def __init__(self) -> None:
-        self._requests: StepRequests | None = None  # while a run goes on
-        self._suspects: tuple[Any, ...] = ()
-        # one layout and one style for all buttons, one of each for the text lines (the empty layout also
-        # for the box): every widget, a style or layout too, is a model the kernel opens a comm for, and
-        # a cell pays for each
-        layout, button_style = ipywidgets.Layout(width="auto"), ipywidgets.ButtonStyle()
-        self.gc_button = ipywidgets.Button(description="gc + empty_cache", icon="recycle", layout=layout, style=button_style,
+        self.owner: weakref.ReferenceType[Controls] | None = None
+        self._syncing = False  # the dropdown set to the strategy in force, not by a user
+        button_layout, button_style = layout(width="auto"), shared(ipywidgets.ButtonStyle)
+        self.gc_button = ipywidgets.Button(description="gc + empty_cache", icon="recycle", layout=button_layout, style=button_style,
                                            tooltip="gc.collect(), and torch.cuda.empty_cache() if CUDA is in use")
-        self.trim_button = ipywidgets.Button(description="return heap to OS", layout=layout, style=button_style,
+        self.trim_button = ipywidgets.Button(description="return heap to OS", layout=button_layout, style=button_style,
                                              tooltip="glibc malloc_trim(0): RSS drops to what is really in use")
-        self.release_button = ipywidgets.Button(description="release notebook caches", layout=layout, style=button_style,
+        self.release_button = ipywidgets.Button(description="release notebook caches", layout=button_layout, style=button_style,
                                                 tooltip="Out/_/__/___ and their hidden copies, the last traceback")
-        self.stop_button = ipywidgets.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
-                                             layout=layout, style=button_style, tooltip="end the loop at the next step")
         info = actions.sharing_info()
         self.strategy = ipywidgets.Dropdown(options=list(info.strategies), value=info.strategy,
-                                            description="sharing:", layout=ipywidgets.Layout(width="220px"))
-        text_layout, text_style = ipywidgets.Layout(), ipywidgets.widgets.widget_string.HTMLStyle()
-        self.result = ipywidgets.HTML(f"<code>{html.escape(str(info))}</code>", layout=text_layout, style=text_style)
+                                            description="sharing:", layout=layout(width="220px"),
+                                            style=shared(ipywidgets.widgets.widget_description.DescriptionStyle))
+        text_layout, text_style = layout(), shared(ipywidgets.widgets.widget_string.HTMLStyle)
+        self.result = ipywidgets.HTML(_code(str(info)), layout=text_layout, style=text_style)
         self.note = ipywidgets.HTML(
             "<small>&nbsp;clicks act mid-run, at the next step</small>" if mid_run_clicks_possible()
             else "<small>&nbsp;this kernel handles clicks once the cell has finished</small>",
@@ -77,18 +82,105 @@ class Controls:
         self.gc_button.on_click(lambda _: self._act(self._collect))
         self.trim_button.on_click(lambda _: self._act(actions.return_heap_to_os))
         self.release_button.on_click(lambda _: self._act(actions.release_notebook_caches))
-        self.stop_button.on_click(lambda _: self._stop())
         self.strategy.observe(self._on_strategy, names="value")
         if mid_run_clicks_possible():
-            for control in (self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy):
+            for control in (self.gc_button, self.trim_button, self.release_button, self.strategy):
                 _route_to_senders_subshell(control)
+
+    @property
+    def open(self) -> bool:
+        """False once one of its widgets was closed (`Widget.close_all()`): then a new row is made."""
+        return all(getattr(w, "comm", None) is not None for w in (self.gc_button, self.trim_button,
+                                                                  self.release_button, self.strategy, self.result, self.note))
+
+    def adopt(self, owner: Controls) -> None:
+        """`owner`'s figure is the newest: clicks act for it, and the line shows the sharing state now."""
+        self.owner = weakref.ref(owner)
+        info = actions.sharing_info()
+        if self.strategy.value != info.strategy and info.strategy in self.strategy.options:  # set from code since
+            self._syncing = True
+            try:
+                self.strategy.value = info.strategy
+            finally:
+                self._syncing = False
+        self.show(str(info))
+
+    def _owner(self) -> Controls | None:
+        return self.owner() if self.owner is not None else None
+
+    def _act(self, action: Callable[[], Any]) -> None:
+        """Queued into the newest figure's run while it runs (at its next step), else done now."""
+        owner = self._owner()
+        requests = owner._requests if owner is not None else None
+        if requests is not None and requests.open:
+            self.show("queued: runs at the next step")
+            requests.request(lambda: self.show(str(action())))
+        else:
+            self.show(str(action()))
+
+    def _collect(self) -> actions.ActionResult:
+        result = actions.collect_garbage()
+        owner = self._owner()
+        suspects = owner._suspects if owner is not None else ()
+        if result.heap_freed < 1 << 20 and suspects:
+            held = ", ".join(f"{s.name} ({format_bytes(s.retained_bytes)})" for s in suspects[:3])
+            result = actions.ActionResult(**{**result.__dict__, "note": f"{result.note}; still held by {held}"})
+        return result
+
+    def _on_strategy(self, change: Any) -> None:
+        if self._syncing:
+            return
+        try:
+            info = actions.set_sharing_strategy(change["new"])
+        except ValueError as exc:
+            self.show(str(exc))
+            return
+        self.show(f"{info} (applies to DataLoaders created from now on)")
+
+    def show(self, text: str) -> None:
+        self.result.value = _code(text)
+
+
+def _code(text: str) -> str:
+    return f"<code>{html.escape(text)}</code>"
+
+
+_kernel_row: KernelRow | None = None
+
+
+def kernel_row() -> KernelRow:
+    """The kernel's row, made by the first live figure (and again if it was closed)."""
+    global _kernel_row
+    if _kernel_row is None or not _kernel_row.open:
+        _kernel_row = KernelRow()
+    return _kernel_row
+
+
+class Controls:
+    """One figure's row: the kernel's buttons (`KernelRow`), its run's Stop button, and the line that
+    says what the last action did."""
+
+    def __init__(self, requests: StepRequests | None = None) -> None:
+        """`requests`: where clicks go during the run (as `attach`, from the start)."""
+        self._requests = requests  # while a run goes on
+        self._suspects: tuple[Any, ...] = ()
+        row = self.row = kernel_row()
+        self.gc_button, self.trim_button, self.release_button = row.gc_button, row.trim_button, row.release_button
+        self.strategy, self.result, self.note = row.strategy, row.result, row.note
+        self.stop_button = ipywidgets.Button(description="Stop", icon="stop", button_style="danger", disabled=requests is None,
+                                             layout=layout(width="auto"), style=shared(ipywidgets.ButtonStyle),
+                                             tooltip="end the loop at the next step")
+        self.stop_button.on_click(lambda _: self._stop())
+        if mid_run_clicks_possible():
+            _route_to_senders_subshell(self.stop_button)
+        row.adopt(self)
         self.widget = ipywidgets.VBox([
             ipywidgets.HBox(
                 [self.gc_button, self.trim_button, self.release_button, self.stop_button, self.strategy, self.note],
-                layout=ipywidgets.Layout(align_items="center", flex_flow="row wrap"),
+                layout=layout(align_items="center", flex_flow="row wrap"),
             ),
             self.result,
-        ], layout=text_layout)
+        ], layout=layout())
 
     # --------------------------------------------------------------- session lifecycle
     def attach(self, requests: StepRequests) -> None:
@@ -105,34 +197,11 @@ class Controls:
             self._show(str(info))
 
     # --------------------------------------------------------------- actions
-    def _collect(self) -> actions.ActionResult:
-        result = actions.collect_garbage()
-        if result.heap_freed < 1 << 20 and self._suspects:
-            held = ", ".join(f"{s.name} ({format_bytes(s.retained_bytes)})" for s in self._suspects[:3])
-            result = actions.ActionResult(**{**result.__dict__, "note": f"{result.note}; still held by {held}"})
-        return result
-
-    def _act(self, action: Callable[[], Any]) -> None:
-        requests = self._requests
-        if requests is not None and requests.open:
-            self._show("queued: runs at the next step")
-            requests.request(lambda: self._show(str(action())))
-        else:
-            self._show(str(action()))
-
     def _stop(self) -> None:
         requests = self._requests
         if requests is not None and requests.open:
             requests.request_stop()
             self._show("stopping at the next step")
 
-    def _on_strategy(self, change: Any) -> None:
-        try:
-            info = actions.set_sharing_strategy(change["new"])
-        except ValueError as exc:
-            self._show(str(exc))
-            return
-        self._show(f"{info} (applies to DataLoaders created from now on)")
-
     def _show(self, text: str) -> None:
-        self.result.value = f"<code>{html.escape(text)}</code>"
+        self.row.show(text)

@@ -65,30 +65,39 @@ def strip_title(curves: Sequence[StripCurve], drawn: Sequence[Threshold], off_vi
 
 
 class CurveStrip:
-    """A bqplot figure for one resource: its curves, its epoch lines and its guard's threshold."""
+    """A bqplot figure for one resource: its curves, its epoch lines and its guard's threshold.
 
-    def __init__(self, x_scale: Any, marker_scale: Any, epoch_marks: Any, caption: str = "", colour: str = "#000000") -> None:
+    The epoch lines and the threshold's line are made when there is a first epoch or a threshold
+    to draw (most cells have neither): until then the figure has its curves' mark only.
+    """
+
+    def __init__(
+        self, x_scale: Any, marker_scale: Any, caption: str = "", colour: str = "#000000", *,
+        layout: Any = None, x_label: str | None = None,
+    ) -> None:
         """`caption` and `colour`: its title before the first draw. A figure shown before it has a title
-        would keep none: bqplot's view misses a title set while it is still being rendered."""
+        would keep none: bqplot's view misses a title set while it is still being rendered. `layout`:
+        its figure's (the live figure's strips share one, all of a height); `x_label`: as `place`'s."""
         self.range: AxisRange | None = None  # the range drawn last, carried to the next redraw
         self._epochs: tuple[float, ...] | None = None
+        self._x_scale, self._marker_scale = x_scale, marker_scale
         self.y_scale = bqplot.LinearScale(min=0.0)
-        scales = {"x": x_scale, "y": self.y_scale}
-        self.lines = bqplot.Lines(x=np.zeros(0), y=np.zeros(0), scales=scales, display_legend=False, stroke_width=2)
-        self.guard_lines = bqplot.Lines(
-            x=np.zeros((1, 2)), y=np.zeros((1, 2)), scales=scales,
-            line_style="dashed", stroke_width=1.5, display_legend=False, visible=False,
-        )
-        self.epoch_lines = epoch_marks
-        self.x_axis = bqplot.Axis(scale=x_scale, label="")
+        self.lines = bqplot.Lines(x=np.zeros(0), y=np.zeros(0), scales=self._scales(), display_legend=False, stroke_width=2)
+        self.guard_lines: Any = None  # made when a threshold is first drawn
+        self.epoch_lines: Any = None  # made at the first epoch
+        # made placed: a change after the model's comm opened is one more message
+        self.x_axis = bqplot.Axis(scale=x_scale, label=x_label or "")
         self.y_axis = bqplot.Axis(scale=self.y_scale, side="left", label="MiB", tick_format=",.2~f")
         self.figure = bqplot.Figure(
-            marks=[self.lines, self.epoch_lines, self.guard_lines], axes=[self.x_axis, self.y_axis],
-            animation_duration=0, fig_margin=dict(MARGIN_PX), title=caption,
+            marks=[self.lines], axes=[self.x_axis, self.y_axis],
+            animation_duration=0, fig_margin=_margin(x_label), title=caption,
             title_style={"font-size": "13px", "fill": colour},
-            layout=ipywidgets.Layout(width="100%", height="190px"),
+            layout=layout if layout is not None else ipywidgets.Layout(width="100%", height="190px"),
             scale_x=marker_scale, scale_y=marker_scale,  # what its own default [0, 1] scales would be
         )
+
+    def _scales(self) -> dict[str, Any]:
+        return {"x": self._x_scale, "y": self.y_scale}
 
     @property
     def labels(self) -> list[str]:
@@ -98,7 +107,7 @@ class CurveStrip:
         """Its height, and the x axis label when it is the bottom strip (None: another one is)."""
         self.figure.layout.height = f"{height_px}px"
         self.x_axis.label = x_label or ""
-        margin = dict(MARGIN_PX, bottom=BOTTOM_MARGIN_PX if x_label is not None else MARGIN_PX["bottom"])
+        margin = _margin(x_label)
         if self.figure.fig_margin != margin:
             self.figure.fig_margin = margin
 
@@ -122,25 +131,67 @@ class CurveStrip:
             with self.y_axis.hold_sync():
                 self.y_axis.tick_values = np.asarray(nice_ticks(low_unit, high_unit, TICKS), dtype=np.float64)
                 self.y_axis.label = unit_name
-        self.figure.title = strip_title(curves, drawn, [t for t in thresholds if t not in drawn])
-        self.figure.title_style = {"font-size": "13px", "fill": curves[0].colour}
+        with self.figure.hold_sync():
+            self.figure.title = strip_title(curves, drawn, [t for t in thresholds if t not in drawn])
+            self.figure.title_style = {"font-size": "13px", "fill": curves[0].colour}
         self._show_epochs(tuple(epochs_x))
 
     def _draw_thresholds(self, x: np.ndarray, drawn: Sequence[Threshold], unit: float) -> None:
+        shown = bool(drawn) and bool(x.size)
+        if self.guard_lines is None:
+            if shown:  # the first threshold in view: its line, made with what it draws
+                self.guard_lines = bqplot.Lines(
+                    x=np.tile([x[0], x[-1]], (len(drawn), 1)), y=np.array([[t.bytes / unit] * 2 for t in drawn]),
+                    labels=[t.label for t in drawn], colors=[t.colour for t in drawn], scales=self._scales(),
+                    line_style="dashed", stroke_width=1.5, display_legend=False,
+                )
+                self._show_marks()
+            return
         with self.guard_lines.hold_sync():
-            if drawn and x.size:
+            if shown:
                 self.guard_lines.x = np.tile([x[0], x[-1]], (len(drawn), 1))
                 self.guard_lines.y = np.array([[t.bytes / unit] * 2 for t in drawn])
                 self.guard_lines.labels = [t.label for t in drawn]
                 self.guard_lines.colors = [t.colour for t in drawn]
-            self.guard_lines.visible = bool(drawn) and bool(x.size)
+            self.guard_lines.visible = shown
 
     def _show_epochs(self, xs: tuple[float, ...]) -> None:
         """Move the epoch lines only when they changed: most redraws add no epoch."""
         if xs == self._epochs:
             return
         self._epochs = xs
+        if self.epoch_lines is None:
+            if xs:  # the first epoch: its lines, made where they go
+                self.epoch_lines = epoch_marks(self._x_scale, self._marker_scale, xs)
+                self._show_marks()
+            return
         show_epochs(self.epoch_lines, xs)
+
+    def _show_marks(self) -> None:
+        """The figure's marks, bottom to top: the curves, the epoch lines, the threshold's line."""
+        self.figure.marks = [m for m in (self.lines, self.epoch_lines, self.guard_lines) if m is not None]
+
+
+def _margin(x_label: str | None) -> dict[str, int]:
+    """The figure's margins: the bottom strip's (`x_label` not None) also holds the x axis' label."""
+    return dict(MARGIN_PX, bottom=BOTTOM_MARGIN_PX if x_label is not None else MARGIN_PX["bottom"])
+
+
+def epoch_marks(x_scale: Any, marker_scale: Any, xs: Sequence[float] = ()) -> Any:
+    """Dashed vertical lines over a panel's whole height at `xs` (hidden while there are none), on the
+    [0, 1] `marker_scale`: each panel's height whatever its y axis."""
+    return bqplot.Lines(
+        x=_epoch_x(xs), y=_epoch_y(xs), scales={"x": x_scale, "y": marker_scale},
+        colors=["#999999"], line_style="dashed", stroke_width=1, visible=bool(xs),
+    )
+
+
+def _epoch_x(xs: Sequence[float]) -> np.ndarray:
+    return np.repeat(np.asarray(xs, dtype=np.float64)[:, None], 2, axis=1) if xs else np.zeros((1, 2))
+
+
+def _epoch_y(xs: Sequence[float]) -> np.ndarray:
+    return np.tile([0.0, 1.0], (len(xs), 1)) if xs else np.array([[0.0, 1.0]])
 
 
 def _finite_bounds(curves: Sequence[StripCurve]) -> tuple[float, float]:
@@ -154,6 +205,5 @@ def show_epochs(marks: Any, xs: Sequence[float]) -> None:
     """Move a panel's epoch lines to `xs` (hidden when there are none), in one message."""
     with marks.hold_sync():
         if xs:
-            marks.x = np.repeat(np.asarray(xs, dtype=np.float64)[:, None], 2, axis=1)
-            marks.y = np.tile([0.0, 1.0], (len(xs), 1))
+            marks.x, marks.y = _epoch_x(xs), _epoch_y(xs)
         marks.visible = bool(xs)

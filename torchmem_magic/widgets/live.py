@@ -28,8 +28,9 @@ from ..render.axis_range import AxisRange, steady_range, with_headroom
 from ..resources import RAM, RSS, VRAM, VRAM_RESERVED
 from ..timeline import DecimatingSeries
 from .controls import Controls
-from .curve_strip import CurveStrip, StripCurve, Threshold, show_epochs, unit_of
+from .curve_strip import CurveStrip, StripCurve, Threshold, epoch_marks, show_epochs, unit_of
 from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
+from .shared import layout, shared
 
 if TYPE_CHECKING:
     from ..results import Report
@@ -76,6 +77,17 @@ def _visible_curves(data: dict[str, np.ndarray], launcher: bool = False) -> list
     return curves
 
 
+def _strip_height_px(strips: int) -> int:
+    """Each strip's height when `strips` are shown."""
+    return STRIP_HEIGHTS_PX[min(strips, len(STRIP_HEIGHTS_PX)) - 1]
+
+
+def _in_curve_order(columns: list[str]) -> list[str]:
+    """Strips' columns top to bottom: in the order of their curves."""
+    order = [c for c, _, _ in CURVES]
+    return sorted(columns, key=order.index)
+
+
 def _strip_thresholds(
     thresholds: Sequence[tuple[str, float, str]], visible: Sequence[tuple[str, str, str]]
 ) -> dict[str, list[Threshold]]:
@@ -97,52 +109,65 @@ def _strip_groups(visible: Sequence[tuple[str, str, str]]) -> dict[str, list[tup
 
 
 class LiveFigure:
-    """Status line + figure + x-axis toggle (time or steps). Implements the session's Listener."""
+    """Status line + figure + x-axis toggle (time or steps). Implements the session's Listener.
+
+    What a cell pays for it is mostly its widget models (a comm each) and their messages, so it makes
+    what the first frame shows, each model in its final state where that is known: the RAM strip, the
+    status line, the toggle and the buttons; another resource's strip, a strip's epoch lines and guard
+    line, and the ranks' panel come when there is something to draw in them. The layouts, the styles
+    and the epoch lines' scale are the kernel's shared ones (`shared`).
+    """
 
     tick_period_s = 0.25  # at most 4 updates a second ...
     tick_cpu_share: float | None = 0.004  # ... and fewer when a redraw costs more than 0.4% of the time between two
     tick_max_period_s = 2.0  # ... but at least one every 2 s: a figure that stops moving looks like a hung cell
 
-    def __init__(self) -> None:
+    def __init__(self, requests: StepRequests | None = None) -> None:
+        """`requests`: where the buttons' clicks go during the run (as `attach`, from the start)."""
         self._view: LiveView | None = None  # the last run drawn (the x-axis toggle redraws it)
         self._lock = threading.Lock()  # the final draw and a late tick never interleave
         self.updates = 0
         self.x_scale = bqplot.LinearScale()
-        self.marker_scale = bqplot.LinearScale(min=0.0, max=1.0)  # the epoch lines' [0, 1]: each panel's height
+        self.marker_scale = shared(bqplot.LinearScale, min=0.0, max=1.0)  # the epoch lines' [0, 1]: each panel's height
         self.x_label = "time (s)"
+        #: the strips' figures' one layout: they are all of a height
+        self.strip_layout = ipywidgets.Layout(width="100%", height=f"{_strip_height_px(1)}px")
         #: one strip per resource with readings, by its column; the tree's RAM is there from the start
-        self.strips: dict[str, CurveStrip] = {RAM.column: self._new_strip(RAM.column)}
-        self.strip_box = ipywidgets.VBox(list(self._strip_widgets([RAM.column])), layout=ipywidgets.Layout(width="100%"))
+        self.strips: dict[str, CurveStrip] = {RAM.column: self._new_strip(RAM.column, [RAM.column])}
+        self.strip_box = ipywidgets.VBox([self.strips[RAM.column].figure], layout=layout(width="100%"))
         self.rank_figure: Any = None  # built when the first rank streams: most runs have none
         self.rank_range: AxisRange | None = None  # the ranks' range drawn last
         # layouts given at construction: a widget made without one opens a default one first
         self.status = ipywidgets.HTML(
-            value="<code>starting…</code>", layout=ipywidgets.Layout(flex="1 1 auto", margin="0 0 0 1em")
+            value="<code>starting…</code>", layout=layout(flex="1 1 auto", margin="0 0 0 1em"),
+            style=shared(ipywidgets.widgets.widget_string.HTMLStyle),
         )
         self.x_toggle = ipywidgets.ToggleButtons(
             options=[("time", "time"), ("steps", "steps")], value="time",
             tooltips=["x axis: seconds since the cell started", "x axis: steps (optimizer steps, else backward passes, batches or forward calls)"],
-            style={"button_width": "60px"}, layout=ipywidgets.Layout(flex="0 0 auto"),
+            style=shared(ipywidgets.ToggleButtonsStyle, button_width="60px"), layout=layout(flex="0 0 auto"),
         )
         self.x_toggle.observe(self._on_toggle, names="value")
-        self.controls = Controls()
+        self.controls = Controls(requests)
         self.widget = ipywidgets.VBox(
             [
-                ipywidgets.HBox([self.x_toggle, self.status], layout=ipywidgets.Layout(align_items="center")),
+                ipywidgets.HBox([self.x_toggle, self.status], layout=layout(align_items="center")),
                 self.strip_box,
                 self.controls.widget,
             ],
-            layout=ipywidgets.Layout(width="100%"),
+            layout=layout(width="100%"),
         )
 
-    def _new_strip(self, column: str) -> CurveStrip:
-        """The strip of `column`'s resource, captioned with its curve's label before the first draw."""
+    def _new_strip(self, column: str, shown: Sequence[str]) -> CurveStrip:
+        """The strip of `column`'s resource, captioned with its curve's label before the first draw and
+        placed where it goes among the strips `shown` (top to bottom)."""
         label, colour = next((label, colour) for c, label, colour in CURVES if c == column)
-        return CurveStrip(self.x_scale, self.marker_scale, self._epoch_marks(), label, colour)
+        x_label = self.x_label if column == shown[-1] else None
+        return CurveStrip(self.x_scale, self.marker_scale, label, colour, layout=self.strip_layout, x_label=x_label)
 
     def _strip_widgets(self, columns: Sequence[str]) -> list[Any]:
         """The strips' figures top to bottom, each sized for their number, the last one with the x label."""
-        height_px = STRIP_HEIGHTS_PX[min(len(columns), len(STRIP_HEIGHTS_PX)) - 1]
+        height_px = _strip_height_px(len(columns))
         for i, column in enumerate(columns):
             self.strips[column].place(height_px, self.x_label if i == len(columns) - 1 else None)
         return [self.strips[column].figure for column in columns]
@@ -157,13 +182,6 @@ class LiveFigure:
     def labels(self) -> list[str]:
         """The curves on show, top to bottom (what the strips' captions name)."""
         return [label for strip in self.shown for label in strip.labels]
-
-    def _epoch_marks(self) -> Any:
-        """Dashed vertical lines over a panel's whole height, one per epoch (hidden until there are some)."""
-        return bqplot.Lines(
-            x=np.zeros((1, 2)), y=np.array([[0.0, 1.0]]), scales={"x": self.x_scale, "y": self.marker_scale},
-            colors=["#999999"], line_style="dashed", stroke_width=1, visible=False,
-        )
 
     def _build_ranks_panel(self) -> None:
         """A second panel for the ranks, under the first and on its x scale (so both line up in time
@@ -184,7 +202,7 @@ class LiveFigure:
             fill="between", colors=["#888888", "#888888"], fill_colors=["#bbbbbb"], fill_opacities=[0.35],
             visible=False,
         )
-        self.rank_epoch_lines = self._epoch_marks()
+        self.rank_epoch_lines = epoch_marks(self.x_scale, self.marker_scale)
         self.rank_x_axis = bqplot.Axis(scale=self.x_scale, label="time (s)")
         self.rank_y_axis = bqplot.Axis(scale=self.rank_y_scale, side="left", label="MiB", tick_format=",.0f")
         self.rank_figure = bqplot.Figure(
@@ -192,7 +210,7 @@ class LiveFigure:
             axes=[self.rank_x_axis, self.rank_y_axis], title="ranks",
             animation_duration=0, legend_location="top-left",
             fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 20},
-            layout=ipywidgets.Layout(width="100%", height="300px"),
+            layout=layout(width="100%", height="300px"),
         )
 
     def widget_bundle(self) -> dict[str, Any]:
@@ -261,11 +279,12 @@ class LiveFigure:
         markers = [step if by_steps else t_s for t_s, step in view.epoch_markers()]
         with self._lock:
             self.x_label = self._x_label(view, by_steps, worst_feed if mapped else None)
+            shown = _in_curve_order(list(groups) or [RAM.column])
             for column, curves in groups.items():
-                strip = self.strips.get(column) or self.strips.setdefault(column, self._new_strip(column))
+                strip = self.strips.get(column) or self.strips.setdefault(column, self._new_strip(column, shown))
                 drawn = [StripCurve(label, colour, _decimate(columns[c])) for c, label, colour in curves]
                 strip.draw(x, drawn, thresholds.get(column, []), markers)
-            self._show_strips([column for column in self.strips if column in groups] or [RAM.column])
+            self._show_strips(shown)
             if ranks is not None:
                 self._draw_ranks(ranks, by_steps, worst_feed)
             # wrap only between the " · " separated parts, never inside one ("shm 0 B")
@@ -275,9 +294,8 @@ class LiveFigure:
 
 
     def _show_strips(self, columns: list[str]) -> None:
-        """Lay out the strips of `columns`, in the curves' order; the box changes only when they do."""
-        order = [c for c, _, _ in CURVES]
-        figures = self._strip_widgets(sorted(columns, key=order.index))
+        """Lay out the strips of `columns` (in the curves' order); the box changes only when they do."""
+        figures = self._strip_widgets(columns)
         if list(self.strip_box.children) != figures:
             self.strip_box.children = figures
 
