@@ -1,7 +1,9 @@
-"""The command line: `python -m torchmem_magic watch [options] -- COMMAND ...` and `show PATH ...`.
+"""The command line: `python -m torchmem_magic watch [options] -- COMMAND ...`, `show PATH ...` and
+`compare BASE NEW`.
 
 `watch` runs a script or `torchrun ...` with every rank watched and prints the report; `show` prints
-saved `.json` reports, several of them (one per node of a multi-node run) as one merged report.
+saved `.json` reports, several of them (one per node of a multi-node run) as one merged report;
+`compare` says what changed between two saved runs, with exit status 1 when memory growth regressed.
 Bad usage gives one line and exit status 2, never a traceback.
 """
 
@@ -56,7 +58,7 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     main = argparse.ArgumentParser(
         prog="python -m torchmem_magic", description="Watch the memory of a PyTorch training run, every rank of it."
     )
-    commands = main.add_subparsers(dest="action", required=True, metavar="{watch,show}")
+    commands = main.add_subparsers(dest="action", required=True, metavar="{watch,show,compare}")
     watch = commands.add_parser(
         "watch", help="run COMMAND (a script, torchrun ...) with every rank watched; print the report",
         usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S]\n"
@@ -75,7 +77,43 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     watch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     show = commands.add_parser("show", help="print saved .json reports (several: merged into one)")
     show.add_argument("paths", nargs="+", metavar="PATH")
+    compare = commands.add_parser(
+        "compare", help="what changed between two saved runs; exit status 1 when memory growth regressed",
+    )
+    compare.add_argument("base", metavar="BASE.json")
+    compare.add_argument("new", metavar="NEW.json")
+    compare.add_argument("--tolerance", type=_percent, default=20.0, metavar="PCT",
+                         help="a leak's growth per step may grow this much before it counts as a regression (default 20)")
+    compare.add_argument("--peak-tolerance", type=_percent, default=None, metavar="PCT",
+                         help="also fail when a peak grew by more than PCT percent (default: peaks are only shown)")
     return main, watch
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from None
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: a tolerance is 0 to 10000 percent")
+    return value
+
+
+def _compare(base: str, new: str, tolerance_pct: float, peak_tolerance_pct: float | None) -> int:
+    from .compare import compare, comparison_text
+    from .saved import load_report
+
+    reports = []
+    for path in (base, new):
+        try:
+            reports.append(load_report(path))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            print(f"torchmem_magic compare: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+    peak = None if peak_tolerance_pct is None else peak_tolerance_pct / 100
+    comparison = compare(reports[0], reports[1], tolerance_pct / 100, peak)
+    print(comparison_text(comparison, base, new))
+    return 1 if comparison.regressed else 0
 
 
 def _show(paths: Sequence[str]) -> int:
@@ -98,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = main_parser.parse_args(argv)
     if arguments.action == "show":
         return _show(arguments.paths)
+    if arguments.action == "compare":
+        return _compare(arguments.base, arguments.new, arguments.tolerance, arguments.peak_tolerance)
     from .command import WatchOptions, command_of, run_watched
 
     command = command_of(arguments.command)

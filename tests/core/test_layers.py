@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analysis", ("timeline", "slopes", "verdict", "holders", "forensics", "scan", "scan.", "notebook", "flight.place")),
     ("forms", ("render", "render.")),
     ("results", ("results",)),
-    ("assembly", ("suspects", "merge", "report", "saved", "check", "ranks.protocol", "ranks.job")),
+    ("assembly", ("suspects", "merge", "report", "saved", "check", "compare", "ranks.protocol", "ranks.job")),
     ("gathering", (
         "probes", "probes.", "hooks", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
         "ranks", "ranks.transport", "ranks.relay", "ranks.feed", "ranks.live", "ranks.settings", "flight",

@@ -192,6 +192,9 @@ class _Feeds:
     def snapshot(self) -> list[RankFeed]:
         return list(self.feeds)
 
+    def remote_summaries(self, skip: object) -> tuple[()]:
+        return ()  # a single-node run: no other node's ranks
+
 
 def _draw(feeds: list[RankFeed] | None) -> LiveFigure:
     timeline = Timeline()
