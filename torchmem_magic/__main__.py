@@ -44,6 +44,15 @@ def _status_period_s(text: str) -> float:
     return value
 
 
+def _guard_share(text: str) -> float:
+    from .options import parse_guard
+
+    try:
+        return parse_guard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _metrics_address(text: str) -> tuple[str, int]:
     from .watch_metrics import parse_address
 
@@ -62,7 +71,7 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     watch = commands.add_parser(
         "watch", help="run COMMAND (a script, torchrun ...) with every rank watched; print the report",
         usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S]\n"
-              "                                [--prometheus [ADDR:]PORT] -- COMMAND ...",
+              "                                [--guard PCT] [--prometheus [ADDR:]PORT] -- COMMAND ...",
     )
     watch.add_argument("--interval", type=_interval_ms, default=100.0, metavar="MS",
                        help="sampling period in milliseconds, 1-10000 (default 100)")
@@ -71,6 +80,9 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     watch.add_argument("--status-every", type=_status_period_s, default=None, metavar="S",
                        help="the live status's period on stderr, in seconds (default: 1 on a terminal, kept at the "
                             "bottom of the screen; 10 otherwise, as plain lines; 0: no live status)")
+    watch.add_argument("--guard", type=_guard_share, default=None, metavar="PCT",
+                       help="stop each rank's loop (MemoryGuardError at a step) before RAM, /dev/shm or VRAM "
+                            "reaches PCT of its limit, e.g. 90%%")
     watch.add_argument("--prometheus", type=_metrics_address, default=None, metavar="[ADDR:]PORT",
                        help="serve every rank's gauges for Prometheus at http://ADDR:PORT/metrics (ADDR defaults to "
                             "127.0.0.1, this host only; needs prometheus_client)")
@@ -145,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_parser.error("no command to watch: put it after --, e.g. -- torchrun --nproc-per-node 2 train.py")
     return run_watched(
         WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan, arguments.status_every,
-                     arguments.prometheus)
+                     arguments.prometheus, arguments.guard)
     )
 
 

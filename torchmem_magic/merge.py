@@ -52,11 +52,17 @@ def summary_of(
         clock=report.clock,
         per_step_bytes=rates.get(report.resource) if report.resource else None,
         epochs=report.epochs,
-        status=status or report.status, ended=ended, wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,
+        status=status or report.status, ended=ended or _first_line(report.error if report.status == "error" else None),
+        wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,
         exited_s=exited_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
         cuda_contexts=cuda_contexts, node=node,
     )
+
+
+def _first_line(error: str | None) -> str | None:
+    """The exception that ended a rank's run, its first line ("MemoryGuardError: memwatch guard: ...")."""
+    return None if not error else error.splitlines()[0]
 
 
 def _peak_bytes(rank: RankSummary) -> int:
@@ -67,6 +73,7 @@ def _peak_bytes(rank: RankSummary) -> int:
 
 #: how launchers stop the other ranks once one died
 STOPPED_BY_LAUNCHER = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+ERROR_CHARS = 200  # what the report quotes of the exception that stopped a rank
 STALLED_S = 0.1  # a rank whose last messages brought no new steps for longer had stopped stepping
 
 
@@ -178,6 +185,9 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
             lines.append(death_line(rank, rank is died))
         elif rank.status == "stale":
             lines.append(stale_line(rank))
+        elif rank.status == "error" and rank.ended and rank.ended not in STOPPED_BY_LAUNCHER:
+            what = rank.ended if len(rank.ended) <= ERROR_CHARS else rank.ended[: ERROR_CHARS - 1] + "…"
+            lines.append(f"rank {rank.rank} stopped at {rank.steps:,} {rate_unit(rank.clock)}s by {what}")
         if rank.verdict != "clean":
             lines.append(rank_line(rank))
     for rank in ranks:

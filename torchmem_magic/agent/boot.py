@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 #: "0" turns the ranks' leak finder off (`watch --no-scan`); they still stream their curves
 ENV_SCAN = "TORCHMEM_MAGIC_SCAN"
+ENV_GUARD = "TORCHMEM_MAGIC_GUARD"  # `watch --guard`: the share of a limit at which each rank stops its loop
 DEFAULT_INTERVAL_MS = 100.0
 
 _armed: TrainingHooks | None = None  # this process's hooks once torch is imported
@@ -101,6 +102,7 @@ def arm_from_environment() -> bool:
 
 def _settings() -> Any:
     from .rank import script_roots, script_sources
+    from ..options import parse_guard
     from ..ranks.settings import RankSettings
 
     try:
@@ -108,8 +110,13 @@ def _settings() -> Any:
     except ValueError:
         interval_ms = DEFAULT_INTERVAL_MS
     scan = os.environ.get(ENV_SCAN, "1") != "0"
+    try:
+        guard = parse_guard(os.environ[ENV_GUARD]) if os.environ.get(ENV_GUARD) else None
+    except ValueError:  # the watcher checked it: a value set by hand that is not a share guards nothing
+        guard = None
     return RankSettings(
         os.environ[ENV_SINK], interval_ms, roots=script_roots if scan else None, sources=script_sources(), scan=scan,
+        guard=guard,
     )
 
 

@@ -119,7 +119,10 @@ class RankAgent:
         if settings.scan:
             roots = StackRoots(settings.roots or _no_roots, StackSources(sources))
             search = LeakSearch(roots, sources, inherited=settings.inherited_scan)
-        options = SessionOptions(settings.interval_ms, shm_path=settings.shm_path, watch_ranks=False, keep_scanned_holders=True)
+        options = SessionOptions(
+            settings.interval_ms, shm_path=settings.shm_path, watch_ranks=False, keep_scanned_holders=True,
+            guard=settings.guard,
+        )
         self.session = MemwatchSession(
             options, search=search, listener=self, relay_to=self.outbox, rank_agent=adopt_forked, adopt_hooks=hooks
         )

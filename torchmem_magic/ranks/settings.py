@@ -33,6 +33,7 @@ class RankSettings:
     roots: Callable[[], list[Root]] | None = None  # the watcher's roots, as a forked rank inherits them
     sources: tuple[str, ...] = ()  # code in which a holder's fix line is looked for
     scan: bool = True  # False: no leak finder in the rank (`watch --no-scan`), only its curves
+    guard: float | None = None  # `watch --guard`: the share of a limit at which the rank's loop is stopped
     inherited_scan: StartScan | None = None  # the watcher's, for a rank forked from it
 
 

@@ -4,7 +4,8 @@ Run by the command-line tests under `torchrun`. `--holder global` keeps them in 
 list, `--holder local` in a list local to `train()`. `--kill-at N` SIGKILLs the leaking rank at step
 N. `--wait-for PATH --wait-at N`: the leaking rank waits at step N until PATH exists (a test's sign
 that it saw what it waited for, while the run was still going). `--print-steps`: the leaking rank
-prints a line at each step (a script's own output). The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
+prints a line at each step (a script's own output). `--leak-mib N`: the leaking rank also keeps an
+N MiB tensor a step (a leak that reaches a limit soon). The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
 `--facts`, so the test compares the report with a measurement of the same run.
 """
 
@@ -40,6 +41,8 @@ def train(args: argparse.Namespace) -> None:
                 leaked_outputs.append(out)
             else:
                 kept_outputs.append(out)
+            if args.leak_mib:
+                leaked_outputs.append(torch.ones(args.leak_mib << 18))  # float32: 4 bytes an element
             if args.print_steps:
                 print(f"step {step} done", flush=True)
             if step == args.wait_at and args.wait_for:
@@ -75,5 +78,6 @@ if __name__ == "__main__":
     parser.add_argument("--wait-for", default="")
     parser.add_argument("--wait-at", type=int, default=0)
     parser.add_argument("--print-steps", action="store_true")
+    parser.add_argument("--leak-mib", type=int, default=0)
     parser.add_argument("--facts", required=True)
     train(parser.parse_args())
