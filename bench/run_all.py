@@ -23,6 +23,7 @@ import overhead  # noqa: E402
 import own_memory  # noqa: E402
 import peers  # noqa: E402
 import ranks  # noqa: E402
+import scale  # noqa: E402
 import scan_speed  # noqa: E402
 import torch  # noqa: E402
 import verdicts  # noqa: E402
@@ -36,6 +37,7 @@ PAGES = {
     "ranks": DOCS / "benchmarks.md",
     "peers": DOCS / "benchmarks.md",
     "live": DOCS / "benchmarks.md",
+    "scale": DOCS / "benchmarks.md",
 }
 
 
@@ -233,7 +235,7 @@ def write_tables(tables: dict[str, str]) -> None:
 def main() -> None:
     """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
     makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks,
-              "peers": peers.render, "live": render_live}
+              "peers": peers.render, "live": render_live, "scale": scale.render}
     wanted = sys.argv[1:] or list(makers)
     unknown = set(wanted) - set(makers)
     if unknown:

@@ -233,3 +233,23 @@ def test_many_ranks_the_worst_line_and_the_band() -> None:
     assert list(figure.rank_lines.labels) == ["rank 7 (worst)"]
     assert figure.rank_band.visible and figure.rank_band.display_legend
     assert list(figure.rank_band.labels) == ["min of 12 ranks", "max of 12 ranks"]
+
+
+def test_many_ranks_are_rejudged_a_few_a_call_the_stalest_first() -> None:
+    now = [0.0]
+    live = LiveRanks(lambda: now[0], period_s=1.0, max_per_call=3)
+    feeds = [_feed(100 + r, r, 0.0, steps=40) for r in range(8)]
+    live.judge(feeds)
+    assert live.judged == 8  # every rank new: each judged at once
+    now[0] = 1.0
+    live.judge(feeds)
+    assert live.judged == 11  # all stale: only the cap's worth
+    now[0] = 1.1
+    live.judge(feeds)
+    assert live.judged == 14  # the next three: the stalest, not the ones just judged
+    now[0] = 1.2
+    assert [r.rank for r in live.judge(feeds)] == list(range(8))
+    assert live.judged == 16  # the last two; every rank was rejudged once
+    now[0] = 1.3
+    live.judge(feeds)
+    assert live.judged == 16  # none stale

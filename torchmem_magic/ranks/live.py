@@ -3,7 +3,9 @@
 A leak on one rank of many is worth seeing while the run can still be stopped, so the status line
 names the worst rank as it forms. A rank's live verdict is the detector the final report uses, over
 what the rank streamed so far; it is recomputed at most once a second per rank, since ranks stream
-four times a second and the detector is not free. The worst rank is chosen as at the end
+four times a second and the detector is not free (~2.5 ms a rank on a full timeline), and at most
+`MAX_REJUDGED_PER_CALL` ranks a call, the longest unjudged first: with 64 ranks, rejudging all of them
+at once would cost the sampler thread a sixth of a second at every redraw. The worst rank is chosen as at the end
 (`merge.worst_of`): a rank that died, then the most severe verdict, the fastest growth, the peak.
 """
 
@@ -22,6 +24,8 @@ from .feed import RankFeed, died_of, rank_numbers
 from ..merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0
+#: ranks whose verdict is rejudged in one call (a rank new, or renumbered, is judged whatever the count)
+MAX_REJUDGED_PER_CALL = 8
 LIVE_MAX_POINTS = 64  # the detector's pairwise slopes over at most this many points: cheap enough per rank
 
 
@@ -144,23 +148,27 @@ def worst_line(ranks: Sequence[RankLive]) -> str | None:
 
 
 class LiveRanks:
-    """Each rank's live verdict, recomputed at most once every `period_s` per rank (sampler thread)."""
+    """Each rank's live verdict, recomputed at most once every `period_s` per rank and for at most
+    `max_per_call` ranks a call, the stalest first (sampler thread)."""
 
-    def __init__(self, clock: Callable[[], float], period_s: float = LIVE_RANK_PERIOD_S) -> None:
+    def __init__(
+        self, clock: Callable[[], float], period_s: float = LIVE_RANK_PERIOD_S, max_per_call: int = MAX_REJUDGED_PER_CALL
+    ) -> None:
         self._clock = clock
         self._period_s = period_s
+        self._max_per_call = max_per_call
         self._cache: dict[int, tuple[float, RankLive]] = {}  # pid -> (when, verdict)
-        self.judged = 0  # detector runs so far (what the period bounds)
+        self.judged = 0  # detector runs so far (what the period and the cap bound)
 
     def judge(self, feeds: Iterable[RankFeed]) -> tuple[RankLive, ...]:
         feeds = list(feeds)
         numbers = rank_numbers(feeds)
         now = self._clock()
-        out = []
-        for feed in feeds:
-            cached = self._cache.get(feed.pid)
-            if cached is None or now - cached[0] >= self._period_s or cached[1].rank != numbers[feed.pid]:
-                self.judged += 1
-                cached = self._cache[feed.pid] = (now, judge_rank(feed, numbers[feed.pid]))
-            out.append(cached[1])
-        return tuple(sorted(out, key=lambda r: r.rank))
+        cache = self._cache
+        unjudged = [f for f in feeds if f.pid not in cache or cache[f.pid][1].rank != numbers[f.pid]]
+        stale = sorted((f for f in feeds if f.pid in cache and now - cache[f.pid][0] >= self._period_s
+                        and cache[f.pid][1].rank == numbers[f.pid]), key=lambda f: cache[f.pid][0])
+        for feed in [*unjudged, *stale[: max(0, self._max_per_call - len(unjudged))]]:
+            self.judged += 1
+            cache[feed.pid] = (now, judge_rank(feed, numbers[feed.pid]))
+        return tuple(sorted((cache[f.pid][1] for f in feeds), key=lambda r: r.rank))
