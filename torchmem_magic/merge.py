@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from .holders import grows, top_holder
-from .model import RankSummary, ReportData, Suspect, VerdictName
+from .model import RamSummary, RankSummary, ReportData, Suspect, VerdictName
 from .units import format_bytes, format_duration, rate_unit
 
 R = TypeVar("R", bound=ReportData)
@@ -214,6 +214,25 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
     return lines
 
 
+def job_ram(report: ReportData, ranks: Sequence[RankSummary]) -> RamSummary:
+    """The RAM row of a watcher that made no steps itself: the job's processes (its process tree, the
+    watcher's own process aside) from the first rank's start to the last rank's last message. Before
+    and after those, the tree is the watcher alone, and its own memory is no figure of the job."""
+    timeline = getattr(report, "timeline", None)
+    if timeline is None:
+        return report.ram
+    start_s = max(0.0, min(r.last_seen_s - r.wall_s for r in ranks))
+    end_s = max(r.last_seen_s for r in ranks)
+    columns = timeline.by_time.columns("t_s", "ram_bytes", "rss_bytes")
+    job = [tree - (own if own == own else 0.0)  # NaN: the watcher's own RSS not read then
+           for t, tree, own in zip(columns["t_s"], columns["ram_bytes"], columns["rss_bytes"])
+           if start_s <= t <= end_s and tree == tree]
+    if not job:
+        return report.ram
+    return replace(report.ram, start_bytes=int(job[0]), end_bytes=int(job[-1]), peak_bytes=int(max(job)),
+                   per_step_bytes=None)
+
+
 def _of_rank(advice: str) -> str:
     """A rank's advice speaks of "this kernel" (the single-process wording); here it is that rank."""
     return advice.replace("this kernel", "this rank")
@@ -254,8 +273,8 @@ def with_ranks(report: R, ranks: tuple[RankSummary, ...] | None) -> R:
     if not own_counts:  # steps are the worst rank's; the watcher's own rates were per second: dropped
         changes.update(
             steps=worst.steps, clock=worst.clock, epochs=worst.epochs, optimizer_steps=worst.steps if worst.clock == "optimizer" else 0,
-            ram=replace(report.ram, per_step_bytes=None),
-            heap=None if report.heap is None else replace(report.heap, per_step_bytes=None),
+            ram=job_ram(report, ranks),
+            heap=None,  # the watcher's own heap: the ranks' are in their entries
             shm=None if report.shm is None else replace(report.shm, per_step_bytes=None),
             vram=None if report.vram is None else replace(report.vram, per_step_bytes=None),
         )

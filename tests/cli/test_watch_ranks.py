@@ -42,6 +42,11 @@ def test_the_leaking_rank_its_holder_and_its_rate(holder: str, tmp: Path, tmp_pa
     assert abs(held[name]["growth_per_step"] - expected) <= TOLERANCE * expected
     assert leaking["steps"] == clean["steps"] == 200
     assert "worst rank: 1" in done.stdout and name in done.stdout
+    # the top table is the job's: the ranks' processes from the first rank's start on (the watcher's own
+    # process aside, and its heap not shown), not the watcher alone before and after them
+    both_ranks = leaking["ram"]["peak"] + clean["ram"]["peak"]
+    assert report["ram"]["start"] > 0.5 * clean["ram"]["peak"] and report["ram"]["peak"] < 1.5 * both_ranks
+    assert report["ram"]["end"] > clean["ram"]["end"] and report["heap"] is None
     assert leftovers(tmp) == []
 
 
