@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from .holders import grows, top_holder
 from .model import RamSummary, RankSummary, ReportData, Suspect, VerdictName
+from .timeline import Timeline
 from .units import format_bytes, format_duration, rate_unit
 
 R = TypeVar("R", bound=ReportData)
@@ -218,8 +219,8 @@ def job_ram(report: ReportData, ranks: Sequence[RankSummary]) -> RamSummary:
     """The RAM row of a watcher that made no steps itself: the job's processes (its process tree, the
     watcher's own process aside) from the first rank's start to the last rank's last message. Before
     and after those, the tree is the watcher alone, and its own memory is no figure of the job."""
-    timeline = getattr(report, "timeline", None)
-    if timeline is None:
+    timeline = report.timeline
+    if not isinstance(timeline, Timeline):  # a report read back from its file keeps the row it had
         return report.ram
     start_s = max(0.0, min(r.last_seen_s - r.wall_s for r in ranks))
     end_s = max(r.last_seen_s for r in ranks)
