@@ -196,7 +196,7 @@ class LiveView:
         if self._live_ranks is None:
             self._live_ranks = LiveRanks(self._runtime.clock)
         local = self._live_ranks.judge(feeds)
-        remote = self._ranks.remote_summaries(skip={r.rank for r in local})  # the other nodes', from the job's store
+        remote = self._ranks.remote_summaries()  # the other nodes', from the job's store
         return tuple(sorted([*local, *(from_summary(s) for s in remote)], key=lambda r: r.rank))
 
     # ---------------------------------------------------------------- the verdict so far

@@ -35,6 +35,7 @@ def summary_of(
     exited_s: float | None = None,
     local_rank: int | None = None,
     node: int | None = None,
+    attempt: int | None = None,
     dropped: int = 0,
     cuda_contexts: tuple[dict[str, Any], ...] = (),
 ) -> RankSummary:
@@ -57,7 +58,7 @@ def summary_of(
         wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,
         exited_s=exited_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
-        cuda_contexts=cuda_contexts, node=node,
+        cuda_contexts=cuda_contexts, node=node, attempt=attempt,
     )
 
 
@@ -114,6 +115,9 @@ def first_ended(ranks: Sequence[E]) -> E:
 
 
 def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:
+    """The rank a report leads with, of the job's last attempt where torchrun restarted it."""
+    latest = latest_attempt(ranks)
+    ranks = [r for r in ranks if r.attempt == latest]
     if not ranks:
         return None
     died = first_to_die(ranks)
@@ -177,11 +181,32 @@ def stale_line(rank: RankSummary) -> str:
     )
 
 
+def latest_attempt(ranks: Sequence[Any]) -> int | None:
+    """torchrun's last restart count among the ranks (None: no rank said one)."""
+    return max((r.attempt for r in ranks if r.attempt is not None), default=None)
+
+
+def restart_lines(ranks: Sequence[RankSummary]) -> list[str]:
+    """Where torchrun restarted the job: how each earlier attempt ended (the rank whose death ended it)."""
+    latest = latest_attempt(ranks)
+    lines = []
+    for attempt in sorted({r.attempt for r in ranks if r.attempt is not None and r.attempt != latest}):
+        of_attempt = [r for r in ranks if r.attempt == attempt]
+        died = first_to_die(of_attempt)
+        how = "" if died is None else (
+            f": rank {died.rank} stopped{f' ({died.ended})' if died.ended else ''} at {died.steps:,} {rate_unit(died.clock)}s"
+        )
+        lines.append(f"attempt {attempt} of the job ended{how}; torchrun restarted every rank (attempt {attempt + 1})")
+    return lines
+
+
 def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
-    """One line per rank that is not clean, one for the clean ones, deaths, and imbalance."""
-    lines: list[str] = []
-    died = first_to_die(ranks)
-    for rank in sorted(ranks, key=lambda r: (r is not died, -SEVERITY.get(r.verdict, 0), r.rank)):
+    """One line per rank that is not clean, one for the clean ones, deaths, restarts, and imbalance."""
+    lines: list[str] = restart_lines(ranks)  # the attempts before torchrun's last restart: a line each
+    latest = latest_attempt(ranks)
+    current = [r for r in ranks if r.attempt == latest]
+    died = first_to_die(current)
+    for rank in sorted(current, key=lambda r: (r is not died, -SEVERITY.get(r.verdict, 0), r.rank)):
         if rank.status == "killed":
             lines.append(death_line(rank, rank is died))
         elif rank.status == "stale":
@@ -199,13 +224,13 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
                     f"({format_bytes(int(context.get('used', 0)))}), a device its own tensors are not on: it "
                     "touched CUDA before torch.cuda.set_device(local_rank) (call that first in each rank)"
                 )
-    clean = sorted(r.rank for r in ranks if r.verdict == "clean")
+    clean = sorted(r.rank for r in current if r.verdict == "clean")
     if clean:
         lines.append(f"{_ranks_word(clean)}: clean")
-    peaks = [_peak_bytes(r) for r in ranks]
-    if len(ranks) > 1:
+    peaks = [_peak_bytes(r) for r in current]
+    if len(current) > 1:
         median = statistics.median(peaks)
-        top = max(ranks, key=_peak_bytes)
+        top = max(current, key=_peak_bytes)
         if median > 0 and _peak_bytes(top) > (1 + IMBALANCE_SHARE) * median:
             what = "VRAM" if top.vram is not None and top.vram.allocated_peak_bytes else "RAM"
             lines.append(

@@ -226,6 +226,7 @@ class RankSummary(_LargestFirst, _SchemaDict):
     cuda_contexts: tuple[dict[str, Any], ...] = ()
     node: int | None = None  # the launcher's node rank (torchrun's GROUP_RANK), where it has one
     via: str = "stream"
+    attempt: int | None = None  # torchrun's restart count of the run this rank belonged to
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
 

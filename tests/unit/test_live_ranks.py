@@ -192,7 +192,7 @@ class _Feeds:
     def snapshot(self) -> list[RankFeed]:
         return list(self.feeds)
 
-    def remote_summaries(self, skip: object) -> tuple[()]:
+    def remote_summaries(self) -> tuple[()]:
         return ()  # a single-node run: no other node's ranks
 
 

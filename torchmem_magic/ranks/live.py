@@ -50,6 +50,7 @@ class RankLive:
     node: int | None = None  # the launcher's node rank, in a multi-node job
     via: str = "stream"  # "store": another node's rank, as its last summary in the job's store says
     stale: bool = False  # another node's rank whose summaries stopped coming, with nothing to say why
+    attempt: int | None = None  # torchrun's restart count of its run
 
 
 def _peak_bytes(feed: RankFeed) -> float:
@@ -90,7 +91,7 @@ def judge_rank(feed: RankFeed, rank: int) -> RankLive:
         rank=rank, pid=feed.pid, verdict=verdict, resource=resource, per_step_bytes=rate, clock=clock,
         steps=feed.steps, peak_bytes=_peak_bytes(feed), holder=_growing_holder(feed), died=_died(feed),
         last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,
-        host=feed.host, node=None if feed.job is None else feed.job.get("node"),
+        host=feed.host, node=None if feed.job is None else feed.job.get("node"), attempt=feed.attempt,
     )
 
 
@@ -104,7 +105,7 @@ def from_summary(summary: RankSummary) -> RankLive:
         per_step_bytes=summary.per_step_bytes, clock=summary.clock, steps=summary.steps, peak_bytes=float(peak),
         holder=None if top is None else top.name, died=died, last_seen_s=summary.last_seen_s,
         stalled_s=summary.stalled_s, exited_s=summary.exited_s, host=summary.host, node=summary.node,
-        via=summary.via, stale=summary.status == "stale",
+        via=summary.via, stale=summary.status == "stale", attempt=summary.attempt,
     )
 
 

@@ -2,7 +2,8 @@
 
 Run by the command-line tests under `torchrun`. `--holder global` keeps them in a module-level
 list, `--holder local` in a list local to `train()`. `--kill-at N` SIGKILLs the leaking rank at step
-N. `--wait-for PATH --wait-at N`: the leaking rank waits at step N until PATH exists (a test's sign
+N (with `--first-attempt-only`, only in torchrun's first attempt: a restart then runs to the end).
+`--wait-for PATH --wait-at N`: the leaking rank waits at step N until PATH exists (a test's sign
 that it saw what it waited for, while the run was still going). `--print-steps`: the leaking rank
 prints a line at each step (a script's own output). `--leak-mib N`: the leaking rank also keeps an
 N MiB tensor a step (a leak that reaches a limit soon). The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
@@ -47,7 +48,7 @@ def train(args: argparse.Namespace) -> None:
                 print(f"step {step} done", flush=True)
             if step == args.wait_at and args.wait_for:
                 _wait_for(args.wait_for)
-            if step == args.kill_at:
+            if step == args.kill_at and not (args.first_attempt_only and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
                 _write(args.facts, out, step, (time.perf_counter() - started) / step)
                 os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(args.sleep_s)
@@ -74,6 +75,7 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--leak-rank", type=int, default=1)
     parser.add_argument("--kill-at", type=int, default=0)
+    parser.add_argument("--first-attempt-only", action="store_true")  # --kill-at in torchrun's first attempt only
     parser.add_argument("--sleep-s", type=float, default=0.005)
     parser.add_argument("--wait-for", default="")
     parser.add_argument("--wait-at", type=int, default=0)
