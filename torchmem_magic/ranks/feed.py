@@ -28,7 +28,7 @@ from ..timeline import Timeline
 from ..merge import summary_of
 from .job import job_from_fields
 from .protocol import apply_events, evidence_from
-from .remote import RemoteRanks
+from .remote import RankHistory, RemoteRanks
 from .transport import RankSink
 
 NVML_PERIOD_S = 2.0
@@ -283,6 +283,11 @@ class RankFeeds:
     def remote_summaries(self, skip: Collection[int]) -> tuple[RankSummary, ...]:
         """The other nodes' ranks as the job's store last showed them (none outside a multi-node job)."""
         return () if self.remote is None else self.remote.summaries(skip=skip)
+
+    def remote_histories(self, skip: Collection[int]) -> tuple[RankHistory, ...]:
+        """The other nodes' ranks' points, one each time the job's store showed a new summary: what
+        their live curves are drawn from (none outside a multi-node job)."""
+        return () if self.remote is None else self.remote.histories(skip=skip)
 
     def _note_exit(self, feed: RankFeed) -> None:
         """When and how a rank that has not finished ended: from the exit witness, else from `waitid`
