@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
 from .model import Clock, DeviceMemory, LiveStatus, Suspect
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .probes.shm import ShmReading
     from .ranks.feed import RankFeed, RankFeeds
     from .ranks.live import LiveRanks, RankLive
+    from .ranks.remote import RankHistory
     from .results import Report
     from .steps import RunTime, StepCounter
     from .timeline import Timeline
@@ -180,6 +181,10 @@ class LiveView:
 
     def rank_feeds(self) -> list[RankFeed]:
         return self._ranks.snapshot() if self._ranks is not None else []
+
+    def remote_histories(self, skip: Collection[int]) -> tuple[RankHistory, ...]:
+        """The other nodes' ranks' points, from the job's store (those in `skip` are this node's)."""
+        return self._ranks.remote_histories(skip) if self._ranks is not None else ()
 
     def live_ranks(self) -> tuple[RankLive, ...]:
         """Each rank's verdict so far (each recomputed at most once a second), by rank number; once

@@ -227,17 +227,37 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
     clean = sorted(r.rank for r in current if r.verdict == "clean")
     if clean:
         lines.append(f"{_ranks_word(clean)}: clean")
-    peaks = [_peak_bytes(r) for r in current]
-    if len(current) > 1:
-        median = statistics.median(peaks)
-        top = max(current, key=_peak_bytes)
-        if median > 0 and _peak_bytes(top) > (1 + IMBALANCE_SHARE) * median:
-            what = "VRAM" if top.vram is not None and top.vram.allocated_peak_bytes else "RAM"
-            lines.append(
-                f"imbalance: peak {what} {format_bytes(_peak_bytes(top))} on rank {top.rank}, median "
-                f"{format_bytes(median)} (+{(_peak_bytes(top) / median - 1) * 100:.0f}%)"
-            )
+    top = above_median([(rank, float(_peak_bytes(rank))) for rank in current])
+    if top is not None:
+        rank, peak, median = top
+        what = "VRAM" if rank.vram is not None and rank.vram.allocated_peak_bytes else "RAM"
+        lines.append(imbalance_line(what, peak, f"rank {rank.rank}", median))
     return lines
+
+
+K = TypeVar("K")
+
+
+def above_median(peaks: Sequence[tuple[K, float]]) -> tuple[K, float, float] | None:
+    """(whose, its peak, the median of all) for the highest peak, when it is more than IMBALANCE_SHARE
+    above the median; None for fewer than two or none so far above."""
+    if len(peaks) < 2:
+        return None
+    median = statistics.median(peak for _, peak in peaks)
+    whose, peak = max(peaks, key=lambda p: p[1])
+    if median > 0 and peak > (1 + IMBALANCE_SHARE) * median:
+        return whose, peak, median
+    return None
+
+
+def imbalance_line(what: str, peak_bytes: float, where: str, median_bytes: float, of: str = "") -> str:
+    """'imbalance: peak RAM 2.0 GiB on rank 2, median 1.0 GiB (+100%)'; `of` names what the median
+    is over where that is not the ranks ("of 2 nodes")."""
+    median = f"median{' ' + of if of else ''}"
+    return (
+        f"imbalance: peak {what} {format_bytes(peak_bytes)} on {where}, {median} {format_bytes(median_bytes)} "
+        f"(+{(peak_bytes / median_bytes - 1) * 100:.0f}%)"
+    )
 
 
 def job_ram(report: ReportData, ranks: Sequence[RankSummary]) -> RamSummary:

@@ -58,3 +58,74 @@ def test_each_rank_has_its_own_curve_and_the_worst_rank_is_named_while_they_trai
     # nothing left behind
     assert kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
     assert kernel.value("[t.name for t in threading.enumerate() if t.name.startswith('torchmem_magic')]") == []
+
+
+#: another node's rank, as the job's store would show it, injected where this watcher reads the store:
+#: the kernel runs no second node (that needs torchrun subprocesses and a job's store, which a notebook's
+#: forked ranks do not name), so the reader's own path is fed from a fake store by a thread of the test
+OTHER_NODE = '''
+import threading, time
+from torchmem_magic.model import HeapSummary, RamSummary, RankSummary
+from torchmem_magic.ranks import feed as _feed_module
+from torchmem_magic.ranks.job import JobStore, encode_summary
+from torchmem_magic.ranks.remote import RemoteRanks
+
+class _FakeStore:
+    def __init__(self):
+        self.values = {}
+    def read(self, keys):
+        return {k: self.values[k] for k in keys if k in self.values}
+
+_job, _store, _stop = JobStore("127.0.0.1", 1, "fake", 0, 3, 2, 0), _FakeStore(), threading.Event()
+
+def _node_1(remote):
+    seq = 0
+    while not _stop.is_set():
+        heap = (50 << 20) + seq * (1 << 20)
+        summary = RankSummary(
+            rank=2, pid=4242, host="node-b", ram=RamSummary(200 << 20, 300 << 20, 300 << 20, None, 64 << 30, "system"),
+            heap=HeapSummary(50 << 20, heap, heap, None), vram=None, steps=4 * seq, verdict="unknown", leak_kind=None,
+            resource=None, steps_to_exhaustion=None, suspects=(), status="running", node=1,
+        )
+        _store.values[_job.summary_key(2)] = encode_summary(summary, seq, time.time(), False)
+        remote._read(_store, [_job.summary_key(r) for r in range(3)])
+        seq += 1
+        _stop.wait(0.2)
+
+_poll = _feed_module.RankFeeds.poll
+
+def _poll_with_node_1(self, force=False):
+    _poll(self, force)
+    if self.remote is None and self.feeds:
+        self.remote = RemoteRanks(_job, lambda: self._clock() - self._started_s)
+        threading.Thread(target=_node_1, args=(self.remote,), name="fake-node-1", daemon=True).start()
+
+_feed_module.RankFeeds.poll = _poll_with_node_1
+'''
+
+
+def test_another_nodes_rank_has_its_curve_in_the_live_figure_lighter_and_labelled_with_its_node(kernel: Kernel) -> None:
+    kernel.ok(RANK_TRAINING + OTHER_NODE)
+    try:
+        execution = kernel.ok(
+            f"%%memwatch --interval 50\nmp.start_processes(train, args=(2, {free_port()}, 1), nprocs=2, start_method='fork')",
+            timeout_s=240,
+        )
+    finally:
+        kernel.ok("_stop.set(); _feed_module.RankFeeds.poll = _poll")
+    statuses = _status_values(execution)
+    final_at = next(i for i, value in statuses if value.startswith("<code>ok · "))
+    remote_label = "rank 2 @node-b (node 1)"
+    rank_marks = {comm for _, comm, state in _updates(execution) if remote_label in state.get("labels", ())}
+    assert len(rank_marks) == 1, rank_marks
+    (mark,) = rank_marks
+    updates = [(i, state) for i, comm, state in _updates(execution) if comm == mark and i < final_at]
+    labelled = [state for _, state in updates if "labels" in state and remote_label in state["labels"]]
+    assert labelled and labelled[-1]["labels"] == ["rank 0", "rank 1", remote_label], labelled[-1:]
+    lighter = [state["opacities"] for _, state in updates if "opacities" in state]
+    assert lighter and lighter[-1] == [1.0, 1.0, 0.5], lighter[-1:]
+    # its curve grows while the cell runs: a point each time its summary changed
+    curves = [state["y"]["shape"] for _, state in updates if "y" in state and state["y"]["shape"][0] == 3]
+    assert curves, updates[-1:]
+    report = kernel.value("[(r.rank, r.via) for r in torchmem_magic.last_report().ranks]")
+    assert report == [[0, "stream"], [1, "stream"], [2, "store"]]  # and the report lists it, from the store

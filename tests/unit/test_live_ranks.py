@@ -186,24 +186,30 @@ def test_the_watchers_seconds_on_a_ranks_steps() -> None:
 
 
 class _Feeds:
-    def __init__(self, feeds: list[RankFeed]) -> None:
+    """The RankFeeds' side the live view reads; `remote`: the other nodes' ranks (none: a single-node run)."""
+
+    def __init__(self, feeds: list[RankFeed], remote: object = None) -> None:
         self.feeds = feeds
+        self.remote = remote
 
     def snapshot(self) -> list[RankFeed]:
         return list(self.feeds)
 
-    def remote_summaries(self) -> tuple[()]:
-        return ()  # a single-node run: no other node's ranks
+    def remote_summaries(self) -> tuple[object, ...]:
+        return () if self.remote is None else self.remote.summaries()  # type: ignore[attr-defined]
+
+    def remote_histories(self, skip: object) -> tuple[object, ...]:
+        return () if self.remote is None else self.remote.histories(skip=skip)  # type: ignore[attr-defined]
 
 
-def _draw(feeds: list[RankFeed] | None) -> LiveFigure:
+def _draw(feeds: list[RankFeed] | None, remote: object = None) -> LiveFigure:
     timeline = Timeline()
     row = dict.fromkeys(COLUMNS, 100 * MIB)
     for i in range(20):
         row["t_s"] = i * 0.1
         timeline.by_time.append(row)
     figure = LiveFigure()
-    figure._draw(idle_view(timeline, None if feeds is None else _Feeds(feeds)), final=False)
+    figure._draw(idle_view(timeline, None if feeds is None else _Feeds(feeds, remote)), final=False)
     return figure
 
 

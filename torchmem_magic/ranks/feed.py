@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..timeline import Timeline
 from ..merge import summary_of
 from .job import job_from_fields
 from .protocol import apply_events, evidence_from
-from .remote import RemoteRanks
+from .remote import RankHistory, RemoteRanks
 from .transport import RankSink
 
 NVML_PERIOD_S = 2.0
@@ -300,6 +300,11 @@ class RankFeeds:
             own = {numbers[pid] for pid, feed in self.feeds.items() if (feed.attempt or 0) == attempt}
             out.extend(replace(s, attempt=attempt) for s in remote.summaries(skip=own))
         return tuple(out)
+
+    def remote_histories(self, skip: Collection[int]) -> tuple[RankHistory, ...]:
+        """The other nodes' ranks' points, one each time the job's store showed a new summary: what
+        their live curves are drawn from (none outside a multi-node job)."""
+        return () if self.remote is None else self.remote.histories(skip=skip)
 
     def _note_exit(self, feed: RankFeed) -> None:
         """When and how a rank that has not finished ended: from the exit witness, else from `waitid`

@@ -7,19 +7,60 @@ every node's launcher is done. It stops reading once every rank's final summary 
 first failure (one line in `problem`, unless it only marks the job's end). What it last read stays:
 a rank whose summaries stopped arriving keeps its last figures, with its status (`job.remote_status`).
 It also writes the deaths this node's watcher witnessed, for the other nodes' reports.
+
+For the live figure's curves of the other nodes' ranks, each keeps a history of what its summaries
+said each time its key changed (a point about a second): bounded (`HISTORY_POINTS` rows, merged
+pairwise beyond that as a timeline's are, so peaks stay), figures only, and none for this node's
+ranks, whose every reading comes by their stream.
 """
 
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Callable, Collection
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..model import RankSummary
+from ..resources import HEAP, RAM, VRAM
+from ..timeline import DecimatingSeries
 from .job import PUBLISH_PERIOD_S, JobStore, Published, decode_deaths, decode_summary, encode_death, remote_status
 from .store_client import StoreClient, StoreUnavailable
 
 READ_ENDING_PERIOD_S = 0.02
+#: rows of each other-node rank's history (a row about a second: the first ~8 min at full detail)
+HISTORY_POINTS = 512
+#: what a history row holds: the watcher's seconds, the rank's steps, then its readings
+HISTORY_COLUMNS = ("t_s", "step", RAM.column, HEAP.column, VRAM.column)
+
+
+@dataclass(frozen=True)
+class RankHistory:
+    """Another node's rank as its summaries said, one row each time its key changed: what its live
+    curves are drawn from. `columns`: HISTORY_COLUMNS, NaN where a summary had no such reading."""
+
+    rank: int
+    host: str
+    node: int | None
+    clock: str
+    peak_bytes: float  # its last summary's peak: VRAM allocated where it has CUDA, else RAM
+    peak_of: str  # "VRAM" or "RAM"
+    columns: dict[str, array[float]]
+
+
+def _history_row(summary: RankSummary, now_s: float) -> dict[str, float]:
+    nan = float("nan")
+    return {
+        "t_s": now_s, "step": float(summary.steps), RAM.column: float(summary.ram.end_bytes),
+        HEAP.column: nan if summary.heap is None else float(summary.heap.end_bytes),
+        VRAM.column: nan if summary.vram is None else float(summary.vram.allocated_end_bytes),
+    }
+
+
+def _peak_of(summary: RankSummary) -> tuple[float, str]:
+    if summary.vram is not None and summary.vram.allocated_peak_bytes:
+        return float(summary.vram.allocated_peak_bytes), "VRAM"
+    return float(summary.ram.peak_bytes), "RAM"
 
 
 class RemoteRanks:
@@ -34,6 +75,7 @@ class RemoteRanks:
         self._ending = False
         self._latest: dict[int, Published] = {}
         self._changed_s: dict[int, float] = {}  # rank -> when its key last changed, in the watcher's seconds
+        self._history: dict[int, DecimatingSeries] = {}  # rank of another node -> a row each time its key changed
         self._deaths: dict[int, str | None] = {}
         self._to_report: list[tuple[int, str | None]] = []  # deaths seen here, not yet written
         self._reported: set[int] = set()
@@ -106,7 +148,17 @@ class RemoteRanks:
                 before = self._latest.get(rank)
                 if before is None or before.seq != published.seq:
                     self._changed_s[rank] = now_s
+                    self._note(published.summary, now_s)
                 self._latest[rank] = published
+
+    def _note(self, summary: RankSummary, now_s: float) -> None:
+        """One row of a rank's history (under the lock); none for this node's own ranks."""
+        if self.job.node is not None and summary.node == self.job.node:
+            return
+        series = self._history.get(summary.rank)
+        if series is None:
+            series = self._history[summary.rank] = DecimatingSeries(HISTORY_POINTS)
+        series.append(_history_row(summary, now_s))
 
     def _all_final(self) -> bool:
         with self._lock:
@@ -125,6 +177,18 @@ class RemoteRanks:
                 status, ended = remote_status(published, now_s - changed_s, self.lost, self._deaths)
                 out.append(replace(published.summary, status=status, ended=ended, last_seen_s=changed_s))
             return tuple(out)
+
+    def histories(self, skip: Collection[int] = ()) -> tuple[RankHistory, ...]:
+        """Each other-node rank's history but those in `skip`, by rank (copies: the reader's thread goes on)."""
+        with self._lock:
+            kept = [(rank, series, self._latest[rank].summary) for rank, series in sorted(self._history.items())
+                    if rank not in skip]
+        out = []
+        for rank, series, summary in kept:
+            peak_bytes, peak_of = _peak_of(summary)
+            out.append(RankHistory(rank, summary.host, summary.node, summary.clock, peak_bytes, peak_of,
+                                   series.columns(*HISTORY_COLUMNS)))
+        return tuple(out)
 
     def close(self, timeout_s: float = 1.0) -> None:
         self._stop.set()

@@ -29,7 +29,7 @@ from ..resources import RAM, RSS, VRAM, VRAM_RESERVED
 from ..timeline import DecimatingSeries
 from .controls import Controls
 from .curve_strip import CurveStrip, StripCurve, Threshold, epoch_marks, show_epochs, unit_of
-from .rank_curves import RankCurves, padded, rank_curves, steps_of_time
+from .rank_curves import Curve, RankCurves, padded, rank_curves, steps_of_time
 from .shared import layout, shared
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
 MAX_POINTS = 2000
+REMOTE_OPACITY = 0.5  # another node's rank's line: lighter than this node's
 RANK_LEGEND_ROW_SHARE = 0.12  # headroom per legend entry, of the ranks' span, so the legend does not hide them
 #: curves drawn on another one's strip, to be read against it: the kernel's RSS within the tree's RAM,
 #: what the caching allocators reserve around what the tensors use
@@ -98,6 +99,24 @@ def _strip_thresholds(
         if column in colours and threshold_bytes > 0:
             out.setdefault(STRIP_OF.get(column, column), []).append(Threshold(threshold_bytes, label, colours[column]))
     return out
+
+
+def _opacities(curves: Sequence[Curve]) -> list[float]:
+    """Each line's opacity: another node's rank lighter (its points are a second apart); none given
+    (the mark's default, every line opaque) where every rank is this node's."""
+    if not any(c.remote for c in curves):
+        return []
+    return [REMOTE_OPACITY if c.remote else 1.0 for c in curves]
+
+
+def _ranks_title(ranks: RankCurves) -> str:
+    """'ranks: heap in use, VRAM allocated (dashed) · other nodes' lighter · imbalance: ...'."""
+    parts = [f"ranks: {ranks.quantity}" + (", VRAM allocated (dashed)" if ranks.vram else "")]
+    if any(c.remote for c in (*ranks.memory, *ranks.vram)):
+        parts.append("other nodes' lighter")
+    if ranks.imbalance:
+        parts.append(ranks.imbalance)
+    return " · ".join(parts)
 
 
 def _strip_groups(visible: Sequence[tuple[str, str, str]]) -> dict[str, list[tuple[str, str, str]]]:
@@ -250,8 +269,10 @@ class LiveFigure:
             return None, None
         numbers = rank_numbers(feeds)
         worst = worst_live(view.live_ranks())
-        worst_pid = worst.pid if worst is not None else None
-        curves = rank_curves(feeds, numbers, worst_pid, by_steps)
+        remote = view.remote_histories(skip=set(numbers.values()))  # the other nodes' ranks, from the job's store
+        worst_pid = worst.pid if worst is not None and worst.via == "stream" else None  # a pid is only a node's
+        worst_rank = worst.rank if worst is not None else None
+        curves = rank_curves(feeds, numbers, worst_pid, by_steps, remote=remote, worst_rank=worst_rank)
         return curves, next((f for f in feeds if f.pid == worst_pid), feeds[0])
 
     def _draw(self, view: LiveView, final: bool, report: Report | None = None) -> None:
@@ -321,6 +342,7 @@ class LiveFigure:
                 self.rank_lines.x, self.rank_lines.y = x, y / unit
                 self.rank_lines.labels = [c.label for c in ranks.memory]
                 self.rank_lines.colors = [c.colour for c in ranks.memory]
+                self.rank_lines.opacities = _opacities(ranks.memory)
             self.rank_lines.display_legend = bool(ranks.memory)
         with self.rank_vram_lines.hold_sync():
             if ranks.vram:
@@ -328,6 +350,7 @@ class LiveFigure:
                 self.rank_vram_lines.x, self.rank_vram_lines.y = x, y / unit
                 self.rank_vram_lines.labels = [c.label for c in ranks.vram]
                 self.rank_vram_lines.colors = [c.colour for c in ranks.vram]
+                self.rank_vram_lines.opacities = _opacities(ranks.vram)
             self.rank_vram_lines.visible = self.rank_vram_lines.display_legend = bool(ranks.vram)  # a hidden mark keeps its legend entry
         band = ranks.band
         with self.rank_band.hold_sync():
@@ -343,7 +366,7 @@ class LiveFigure:
         self.rank_x_axis.label = (
             STEP_AXIS_LABELS.get(worst_feed.clock, "step") + " (each rank's)" if by_steps else "time (s)"
         )
-        self.rank_figure.title = f"ranks: {ranks.quantity}" + (", VRAM allocated (dashed)" if ranks.vram else "")
+        self.rank_figure.title = _ranks_title(ranks)
         children = self.widget.children
         if self.rank_figure not in children:  # not rendered at all in a single-process run
             self.widget.children = (*children[:2], self.rank_figure, *children[2:])

@@ -5,6 +5,12 @@ and fragments), else its RAM, plus its VRAM allocated when it has CUDA. The time
 watcher's (each rank's seconds shifted by when it started); the steps axis is each rank's own.
 Beyond `MAX_RANK_LINES` ranks one line each is unreadable: the worst rank's line and the spread of
 all ranks (min and max at each point, where a rank has readings) are shown instead.
+
+In a multi-node job the other nodes' ranks are drawn too, from their histories (`RankHistory`: a
+point each time the job's store showed a new summary, about a second apart) on the same axes: the
+watcher's seconds when the summary came, the steps it said. They are labelled with their host and
+node and drawn lighter (`Curve.remote`). Where the ranks span several nodes, the node whose ranks
+peak highest is named when it is more than `merge.IMBALANCE_SHARE` above the median node.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..merge import above_median, imbalance_line
 from ..report import training_loader
 from ..resources import HEAP, RAM, VRAM
 from ..timeline import DecimatingSeries
 from ..ranks.feed import RankFeed
+from ..ranks.remote import RankHistory
 
 MAX_RANK_LINES = 8
 MAX_POINTS = 2000
@@ -34,6 +42,7 @@ class Curve:
     x: np.ndarray
     y_bytes: np.ndarray
     colour: str
+    remote: bool = False  # another node's rank: a point a second, from the job's store
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,7 @@ class RankCurves:
     vram: list[Curve] = field(default_factory=list)
     band: Band | None = None
     epochs_x: list[float] = field(default_factory=list)  # the worst rank's epoch starts
+    imbalance: str | None = None  # the node that peaks well above the median node, where there are several
 
     @property
     def peak_bytes(self) -> float:
@@ -122,41 +132,102 @@ def _epochs_x(feed: RankFeed, by_steps: bool) -> list[float]:
     ]
 
 
+@dataclass(frozen=True)
+class _Line:
+    """One rank as the panel draws it: this node's from its feed, another node's from its history."""
+
+    rank: int
+    label: str
+    x: np.ndarray
+    columns: dict[str, np.ndarray]
+    feed: RankFeed | None = None  # None: another node's rank
+
+    @property
+    def remote(self) -> bool:
+        return self.feed is None
+
+
+def remote_label(history: RankHistory) -> str:
+    """'rank 5 @host-b (node 1)': a rank of another node, recognisable among this node's."""
+    where = f" @{history.host}" if history.host else ""
+    return f"rank {history.rank}{where}" + (f" (node {history.node})" if history.node is not None else "")
+
+
+def _remote_line(history: RankHistory, by_steps: bool) -> _Line:
+    """Its points at the watcher's seconds when each summary came, or at the steps each one said
+    (none on a steps axis for a rank that counts no steps)."""
+    columns = {name: np.frombuffer(values, dtype=np.float64) for name, values in history.columns.items()}
+    readings = {name: values for name, values in columns.items() if name not in ("t_s", "step")}
+    if by_steps and history.clock == "time":
+        return _Line(history.rank, remote_label(history), np.zeros(0), {n: np.zeros(0) for n in readings})
+    return _Line(history.rank, remote_label(history), columns["step" if by_steps else "t_s"], readings)
+
+
+def _local_peak(feed: RankFeed) -> tuple[float, str]:
+    """(peak, of what) as the report's imbalance line counts it: VRAM allocated where it has CUDA, else RAM."""
+    vram = feed.timeline.by_time.max(VRAM.column)
+    if not math.isnan(vram) and vram > 0:
+        return vram, "VRAM"
+    ram = feed.timeline.by_time.max(RAM.column)
+    return (0.0 if math.isnan(ram) else ram), "RAM"
+
+
+def node_imbalance(peaks: Sequence[tuple[int | None, float, str]]) -> str | None:
+    """'imbalance: peak VRAM 3.0 GiB on node 1, median of 2 nodes 2.0 GiB (+50%)' from each rank's
+    (node, peak, of what): a node's peak is its ranks' highest; None on one node, or none well above."""
+    by_node: dict[int, tuple[float, str]] = {}
+    for node, peak_bytes, what in peaks:
+        if node is not None and (node not in by_node or peak_bytes > by_node[node][0]):
+            by_node[node] = (peak_bytes, what)
+    top = above_median([(node, peak) for node, (peak, _) in sorted(by_node.items())])
+    if top is None:
+        return None
+    node, peak_bytes, median_bytes = top
+    return imbalance_line(by_node[node][1], peak_bytes, f"node {node}", median_bytes, of=f"of {len(by_node)} nodes")
+
+
 def rank_curves(
     feeds: Sequence[RankFeed], numbers: dict[int, int], worst_pid: int | None, by_steps: bool,
-    max_lines: int = MAX_RANK_LINES,
+    max_lines: int = MAX_RANK_LINES, remote: Sequence[RankHistory] = (), worst_rank: int | None = None,
 ) -> RankCurves:
-    """Every rank's curves (at most `max_lines`, else the worst one and the spread of all)."""
-    columns = {feed.pid: _columns(feed, by_steps) for feed in feeds}
-    with_data = [pid for pid, (_, cols) in columns.items() if has_data(cols[HEAP.column]) or has_data(cols[RAM.column])]
-    heap = bool(with_data) and all(has_data(columns[pid][1][HEAP.column]) for pid in with_data)
+    """Every rank's curves, this node's (`feeds`) and the other nodes' (`remote`): at most `max_lines`,
+    else the worst one and the spread of all. The worst is rank number `worst_rank` where given (it
+    may be another node's), else the rank of `worst_pid`."""
+    lines = [_Line(numbers[f.pid], f"rank {numbers[f.pid]}", *_columns(f, by_steps), feed=f) for f in feeds]
+    lines += [_remote_line(h, by_steps) for h in remote]
+    lines.sort(key=lambda line: line.rank)
+    with_data = [line for line in lines if has_data(line.columns[HEAP.column]) or has_data(line.columns[RAM.column])]
+    heap = bool(with_data) and all(has_data(line.columns[HEAP.column]) for line in with_data)
     column, quantity = (HEAP.column, HEAP.label) if heap else (RAM.column, RAM.short)
-    ordered = sorted(feeds, key=lambda f: numbers.get(f.pid, 0))
-    if worst_pid is None or worst_pid not in columns:
-        worst_pid = ordered[0].pid if ordered else None
-    worst = next((f for f in ordered if f.pid == worst_pid), None)
-    epochs = _epochs_x(worst, by_steps) if worst is not None else []
-    if len(ordered) > max_lines:
+    target = worst_rank if worst_rank is not None else numbers.get(worst_pid) if worst_pid is not None else None
+    worst = next((line for line in lines if line.rank == target), lines[0] if lines else None)
+    epochs_feed = worst.feed if worst is not None and worst.feed is not None else next(
+        (line.feed for line in lines if line.feed is not None), None)
+    epochs = _epochs_x(epochs_feed, by_steps) if epochs_feed is not None else []
+    imbalance = node_imbalance(
+        [(None if f.job is None else f.job.get("node"), *_local_peak(f)) for f in feeds]
+        + [(h.node, h.peak_bytes, h.peak_of) for h in remote]
+    )
+    if len(lines) > max_lines:
         assert worst is not None
-        band = _band([_finite(columns[f.pid][0], columns[f.pid][1][column]) for f in ordered])
-        x, cols = columns[worst.pid]
-        label = f"rank {numbers[worst.pid]} (worst)"
-        memory = [Curve(label, *_finite(x, cols[column]), WORST_COLOUR)]
-        vram = [Curve(f"{label} VRAM", *_finite(x, cols[VRAM.column]), WORST_COLOUR)] if has_data(cols[VRAM.column]) else []
-        return RankCurves(quantity, [c for c in memory if c.x.size], [c for c in vram if c.x.size], band, epochs)
+        band = _band([_finite(line.x, line.columns[column]) for line in lines])
+        colour, label = WORST_COLOUR, f"{worst.label} (worst)"
+        memory = [Curve(label, *_finite(worst.x, worst.columns[column]), colour, worst.remote)]
+        vram = [Curve(f"{label} VRAM", *_finite(worst.x, worst.columns[VRAM.column]), colour, worst.remote)] \
+            if has_data(worst.columns[VRAM.column]) else []
+        return RankCurves(quantity, [c for c in memory if c.x.size], [c for c in vram if c.x.size], band, epochs,
+                          imbalance)
     memory, vram = [], []
-    for i, feed in enumerate(ordered):
-        x, cols = columns[feed.pid]
+    for i, line in enumerate(lines):
         colour = PALETTE[i % len(PALETTE)]
-        label = f"rank {numbers[feed.pid]}"
-        curve = Curve(label, *_finite(x, cols[column]), colour)
+        curve = Curve(line.label, *_finite(line.x, line.columns[column]), colour, line.remote)
         if curve.x.size:
             memory.append(curve)
-        if has_data(cols[VRAM.column]):
-            vram_curve = Curve(f"{label} VRAM", *_finite(x, cols[VRAM.column]), colour)
+        if has_data(line.columns[VRAM.column]):
+            vram_curve = Curve(f"{line.label} VRAM", *_finite(line.x, line.columns[VRAM.column]), colour, line.remote)
             if vram_curve.x.size:
                 vram.append(vram_curve)
-    return RankCurves(quantity, memory, vram, None, epochs)
+    return RankCurves(quantity, memory, vram, None, epochs, imbalance)
 
 
 def padded(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray]:
