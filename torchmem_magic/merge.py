@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from .holders import grows, top_holder
-from .model import RamSummary, RankSummary, ReportData, Suspect, VerdictName
+from .model import RamSummary, RankSummary, ReportData, Suspect, VerdictName, last_of_each_rank
 from .timeline import Timeline
 from .units import format_bytes, format_duration, rate_unit
 
@@ -115,9 +115,8 @@ def first_ended(ranks: Sequence[E]) -> E:
 
 
 def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:
-    """The rank a report leads with, of the job's last attempt where torchrun restarted it."""
-    latest = latest_attempt(ranks)
-    ranks = [r for r in ranks if r.attempt == latest]
+    """The rank a report leads with (of each rank's last process, where torchrun restarted ranks)."""
+    ranks = last_of_each_rank(ranks)
     if not ranks:
         return None
     died = first_to_die(ranks)
@@ -181,30 +180,28 @@ def stale_line(rank: RankSummary) -> str:
     )
 
 
-def latest_attempt(ranks: Sequence[Any]) -> int | None:
-    """torchrun's last restart count among the ranks (None: no rank said one)."""
-    return max((r.attempt for r in ranks if r.attempt is not None), default=None)
-
-
 def restart_lines(ranks: Sequence[RankSummary]) -> list[str]:
-    """Where torchrun restarted the job: how each earlier attempt ended (the rank whose death ended it)."""
-    latest = latest_attempt(ranks)
+    """Where torchrun restarted ranks: how each earlier attempt ended (the rank whose death ended it)."""
     lines = []
-    for attempt in sorted({r.attempt for r in ranks if r.attempt is not None and r.attempt != latest}):
-        of_attempt = [r for r in ranks if r.attempt == attempt]
-        died = first_to_die(of_attempt)
+    for attempt in sorted({r.attempt for r in ranks if r.attempt is not None} - {max_attempt(ranks)}):
+        died = first_to_die([r for r in ranks if r.attempt == attempt])
+        again = sorted({r.rank for r in ranks if r.attempt == attempt + 1})
         how = "" if died is None else (
             f": rank {died.rank} stopped{f' ({died.ended})' if died.ended else ''} at {died.steps:,} {rate_unit(died.clock)}s"
         )
-        lines.append(f"attempt {attempt} of the job ended{how}; torchrun restarted every rank (attempt {attempt + 1})")
+        lines.append(f"attempt {attempt} ended{how}; torchrun started {_ranks_word(again)} again")
     return lines
+
+
+def max_attempt(ranks: Sequence[Any]) -> int | None:
+    """How many times torchrun restarted a rank at most (None: no rank was restarted)."""
+    return max((r.attempt for r in ranks if r.attempt is not None), default=None)
 
 
 def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
     """One line per rank that is not clean, one for the clean ones, deaths, restarts, and imbalance."""
     lines: list[str] = restart_lines(ranks)  # the attempts before torchrun's last restart: a line each
-    latest = latest_attempt(ranks)
-    current = [r for r in ranks if r.attempt == latest]
+    current = last_of_each_rank(ranks)
     died = first_to_die(current)
     for rank in sorted(current, key=lambda r: (r is not died, -SEVERITY.get(r.verdict, 0), r.rank)):
         if rank.status == "killed":

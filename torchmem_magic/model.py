@@ -9,9 +9,9 @@ display themselves, are the subclasses in `results.py`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 REPORT_SCHEMA_VERSION = 2  # 2 added the step clock (version-1 readers keep working: nothing removed)
 MEMCHECK_SCHEMA_VERSION = 1
@@ -228,6 +228,28 @@ class RankSummary(_LargestFirst, _SchemaDict):
     via: str = "stream"
     attempt: int | None = None  # torchrun's restart count of the run this rank belonged to
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
+
+
+class Attempted(Protocol):
+    """A rank's entry that may be one of several processes of that rank (torchrun restarted it)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def attempt(self) -> int | None: ...
+
+
+A = TypeVar("A", bound=Attempted)
+
+
+def last_of_each_rank(ranks: Sequence[A]) -> list[A]:
+    """Each rank's last process: where torchrun restarted a rank, the entry of its last attempt."""
+    last: dict[int, A] = {}
+    for entry in ranks:
+        if entry.rank not in last or (entry.attempt or 0) > (last[entry.rank].attempt or 0):
+            last[entry.rank] = entry
+    return [entry for entry in ranks if last[entry.rank] is entry]
+
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from .model import LiveStatus
-from .merge import latest_attempt
+from .merge import max_attempt
+from .model import last_of_each_rank
 from .ranks.live import RankLive, worst_first
 from .units import format_bytes, format_duration, rate_unit
 
@@ -29,12 +30,12 @@ RANK_LINES = 8  # the worst ranks listed; the rest are counted in one line
 ESC = "\x1b"
 
 
-def rank_line(rank: RankLive, latest_attempt: int | None = None) -> str:
+def rank_line(rank: RankLive, earlier: bool = False) -> str:
     """'rank 1 @host-b (node 1): leak +64.0 KiB/step in heap · kept_outputs · 130 steps · peak 1.2 GiB';
     a rank of an attempt before torchrun's last restart says which."""
     where = f" @{rank.host}" if rank.host else ""
     where += f" (node {rank.node})" if rank.node is not None else ""
-    where += f" (attempt {rank.attempt})" if rank.attempt is not None and rank.attempt != latest_attempt else ""
+    where += f" (attempt {rank.attempt})" if earlier else ""
     unit = rate_unit(rank.clock)
     if rank.died is not None:
         state = f"stopped ({rank.died})"
@@ -71,10 +72,11 @@ def status_lines(status: LiveStatus, ranks: Sequence[RankLive], rank_lines: int 
         low, high = status.rank_steps
         heading += f" · {low:,} {rate_unit(status.rank_clock)}s" if low == high else f" · {low:,}–{high:,} {rate_unit(status.rank_clock)}s"
     ordered = worst_first(ranks)
-    latest = latest_attempt(ranks)
-    if latest:
-        heading += f" · attempt {latest}"  # torchrun restarted the job
-    lines = [heading, *("  " + rank_line(r, latest) for r in ordered[:rank_lines])]
+    restarts = max_attempt(ranks)
+    if restarts:
+        heading += f" · restarted {restarts}×"  # torchrun started ranks again
+    last = last_of_each_rank(ordered)
+    lines = [heading, *("  " + rank_line(r, all(r is not e for e in last)) for r in ordered[:rank_lines])]
     rest = ordered[rank_lines:]
     if rest:
         clean = sum(1 for r in rest if r.verdict == "clean" and r.died is None and not r.stale)

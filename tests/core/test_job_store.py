@@ -35,7 +35,8 @@ TORCHRUN = {
 def test_a_rank_of_a_multi_node_torchrun_job_knows_its_store_and_keys() -> None:
     job = job_of(TORCHRUN)
     assert job == JobStore("10.0.0.1", 29500, "job7", 2, 4, 2, 1) and job.multi_node
-    assert job.summary_key(3) == "torchmem_magic/job7/2/rank/3" and job.events_key == "torchmem_magic/job7/2/events"
+    # not under the restart count (a node's own): a restarted rank's new process takes over its key
+    assert job.summary_key(3) == "torchmem_magic/job7/rank/3" and job.events_key == "torchmem_magic/job7/events"
     assert job_from_fields(json.loads(json.dumps(job.fields()))) == job  # as it travels in a hello
 
 
@@ -76,9 +77,12 @@ def test_a_silent_rank_is_stale_killed_when_its_node_said_so_and_its_own_once_it
     assert remote_status(running, 0.5, False, {}) == ("running", None)
     assert remote_status(running, STALE_AFTER_S + 0.1, False, {}) == ("stale", None)
     assert remote_status(running, 0.5, True, {}) == ("stale", None)  # the store went before it finished
-    deaths = decode_deaths(encode_death(1, "SIGKILL") + b"not json\n" + encode_death(2, None))
-    assert deaths == {1: "SIGKILL", 2: None}
+    deaths = decode_deaths(encode_death(1, 1001, "SIGKILL") + b"not json\n" + encode_death(2, 1002, None))
+    assert deaths == {(1, 1001): "SIGKILL", (2, 1002): None}
     assert remote_status(running, 0.5, True, deaths) == ("killed", "SIGKILL")
+    restarted = Published(replace(running.summary, pid=2001), 0, 0.0, final=False)  # rank 1's next process
+    assert remote_status(restarted, 0.5, False, deaths) == ("running", None)  # the death was its predecessor's
+    assert remote_status(running, 0.5, False, {}, replaced=True) == ("killed", None)
     final = Published(replace(_rank(1, "leak", 65_536.0), status="ok"), 9, 0.0, final=True)
     assert remote_status(final, 100.0, True, deaths) == ("ok", None)
 

@@ -111,9 +111,28 @@ def test_a_publisher_without_a_store_ends_with_one_line_and_costs_nothing_more(c
     assert "cannot be reached" in (publisher.problem or "") and capfd.readouterr().err == ""
 
 
-def _publish(server: TCPStore, job: JobStore, rank: int, seq: int, final: bool = False, verdict: str = "leak") -> None:
+def _publish(server: TCPStore, job: JobStore, rank: int, seq: int, final: bool = False, verdict: str = "leak",
+             pid: int | None = None) -> None:
     summary = replace(_rank(rank, verdict, 65_536.0 if verdict == "leak" else None), status="ok" if final else "running")
+    if pid is not None:
+        summary = replace(summary, pid=pid)
     server.set(job.summary_key(rank), encode_summary(summary, seq, time.time(), final))
+
+
+def test_a_rank_torchrun_restarted_is_two_entries_its_first_process_stopped(server: TCPStore) -> None:
+    job = _job(server.port)
+    _publish(server, job, 0, 0, verdict="clean")
+    _publish(server, job, 1, 4)  # rank 1's first process
+    remote = RemoteRanks(job, time.monotonic)
+    remote.start()
+    try:
+        _until(lambda: [(s.rank, s.pid) for s in remote.summaries()] == [(0, 1000), (1, 1001)])
+        _publish(server, job, 1, 0, pid=2001)  # a restart: its next process takes over the key
+        _until(lambda: len(remote.summaries()) == 3)
+        entries = [(s.rank, s.pid, s.attempt, s.status) for s in remote.summaries()]
+        assert entries == [(0, 1000, None, "running"), (1, 1001, 0, "killed"), (1, 2001, 1, "running")]
+    finally:
+        remote.close()
 
 
 def test_the_reader_keeps_every_ranks_last_summary_once_the_store_is_gone(capfd: pytest.CaptureFixture[str]) -> None:
@@ -146,8 +165,8 @@ def test_deaths_reach_the_other_nodes_and_final_summaries_end_the_reading(server
     here.start()
     there.start()
     try:
-        here.report_death(1, "SIGKILL")  # node 0's watcher saw its rank 1 killed
-        _until(lambda: server.check([job.events_key]) and server.get(job.events_key) == encode_death(1, "SIGKILL"))
+        here.report_death(1, 1001, "SIGKILL")  # node 0's watcher saw its rank 1 killed
+        _until(lambda: server.check([job.events_key]) and server.get(job.events_key) == encode_death(1, 1001, "SIGKILL"))
         _until(lambda: there.reads > 0)
         reads = there.reads
         there.ending()  # this node's ranks are done: the others' finals may come any moment, the store go soon after

@@ -153,8 +153,7 @@ class RankAgent:
     @staticmethod
     def _identity() -> dict[str, Any]:
         rank, local = rank_identity()
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")  # torchrun restarts every rank after a failure
-        return {"rank": rank, "local_rank": local, **({"attempt": int(attempt)} if attempt.isdigit() else {})}
+        return {"rank": rank, "local_rank": local}
 
     def _offer(self, message: dict[str, Any]) -> None:
         """A message that says a whole state (who the rank is, its devices, its holders): the latest of

@@ -64,7 +64,6 @@ class RankFeed:
     cuda_devices: tuple[str, ...] = ()  # UUIDs of the devices its allocator uses
     cuda_contexts: dict[str, int] = field(default_factory=dict)  # device UUID -> most the driver saw it hold
     job: dict[str, Any] | None = None  # the multi-node job it belongs to (torchrun's store), if any
-    attempt: int | None = None  # torchrun's restart count when it started
 
     @property
     def steps(self) -> int:
@@ -102,7 +101,6 @@ def apply_message(feed: RankFeed, message: dict[str, Any], now_s: float, watcher
         feed.ram_limit_source = str(message.get("ram_limit_source", "system"))
         feed.heap_available = bool(message.get("heap_available", False))
         feed.job = message.get("job") if isinstance(message.get("job"), dict) else None
-        feed.attempt = message["attempt"] if isinstance(message.get("attempt"), int) else None
     elif kind == "events":
         apply_events(feed.timeline, message.get("events", []))
         steps_before = feed.steps
@@ -137,6 +135,28 @@ def rank_numbers(feeds: Sequence[RankFeed]) -> dict[int, int]:
         numbers[feed.pid] = free
         taken.add(free)
     return numbers
+
+
+def attempt_numbers(feeds: Sequence[RankFeed], numbers: dict[int, int]) -> dict[int, int | None]:
+    """pid -> its attempt: where torchrun restarted a rank (several processes of one rank number), 0, 1,
+    ... in the order they started; None for a rank that ran once."""
+    by_rank: dict[int, list[RankFeed]] = {}
+    for feed in feeds:
+        by_rank.setdefault(numbers[feed.pid], []).append(feed)
+    out: dict[int, int | None] = {}
+    for group in by_rank.values():
+        ordered = sorted(group, key=lambda f: (f.started_wall_s, f.pid))
+        for attempt, feed in enumerate(ordered):
+            out[feed.pid] = attempt if len(group) > 1 else None
+    return out
+
+
+def last_processes(feeds: Sequence[RankFeed], numbers: dict[int, int]) -> set[int]:
+    """The pids that are their rank's last process (a restart's earlier ones aside)."""
+    latest: dict[int, int] = {}
+    for feed in sorted(feeds, key=lambda f: (f.started_wall_s, f.pid)):
+        latest[numbers[feed.pid]] = feed.pid
+    return set(latest.values())
 
 
 def _alive(pid: int) -> bool:
@@ -188,7 +208,6 @@ class RankFeeds:
         self._next_poll_s = 0.0
         self._lock = threading.Lock()  # polled by the sampler thread, read by the live figure and at the end
         self.remote: RemoteRanks | None = None  # the other nodes' ranks, once a rank names a multi-node job
-        self._earlier_remotes: list[RemoteRanks] = []  # the same, of the job's attempts before a restart
 
     def start(self, started_s: float) -> None:
         """The watcher's t_s = 0 (its session's start), on `clock` and on the wall clock."""
@@ -215,22 +234,19 @@ class RankFeeds:
     def _follow_job(self) -> None:
         """Read the other nodes' ranks from the job's store once a rank of this node names it; say
         when this node's ranks are done, and which of them died."""
-        jobs = [job for f in self.feeds.values() if (job := job_from_fields(f.job)) is not None]
-        newest = max(jobs, key=lambda job: job.attempt, default=None)
-        if newest is None and self.remote is None:
-            return
-        if newest is not None and (self.remote is None or newest.attempt > self.remote.job.attempt):
-            if self.remote is not None:  # torchrun restarted the job: its ranks write under the new attempt
-                self.remote.close()
-                self._earlier_remotes.append(self.remote)
-            self.remote = RemoteRanks(newest, lambda: self._clock() - self._started_s)
+        if self.remote is None:
+            named = next((f.job for f in self.feeds.values() if f.job is not None), None)
+            job = job_from_fields(named)
+            if job is None:
+                return
+            self.remote = RemoteRanks(job, lambda: self._clock() - self._started_s)
             self.remote.start()
-        assert self.remote is not None
-        current = [f for f in self.feeds.values() if (f.attempt or 0) == self.remote.job.attempt]  # not a restart's past
-        for feed in current:
+        feeds = list(self.feeds.values())
+        for feed in feeds:
             if feed.final is None and feed.exit is not None and feed.exit.abnormal and feed.rank is not None:
-                self.remote.report_death(feed.rank, died_of(feed))
-        if any(f.final is not None or f.exit is not None for f in current):
+                self.remote.report_death(feed.rank, feed.pid, died_of(feed))
+        last = last_processes(feeds, rank_numbers(feeds))
+        if any(f.final is not None or f.exit is not None for f in feeds if f.pid in last):  # not a restart's past
             self.remote.ending()
 
     @property
@@ -269,6 +285,7 @@ class RankFeeds:
             if not self.feeds:
                 return None
             numbers = rank_numbers(list(self.feeds.values()))
+            attempts = attempt_numbers(list(self.feeds.values()), numbers)
             out = []
             for pid, feed in self.feeds.items():
                 self._note_exit(feed)
@@ -282,24 +299,19 @@ class RankFeeds:
                         {"device": uuid, "used": used, "own": uuid in feed.cuda_devices}
                         for uuid, used in sorted(feed.cuda_contexts.items())
                     ),
-                    node=None if feed.job is None else feed.job.get("node"), attempt=feed.attempt,
+                    node=None if feed.job is None else feed.job.get("node"), attempt=attempts[pid],
                 ))
             out.extend(self._remote_summaries(numbers))  # the other nodes' ranks, as the store last showed them
             return tuple(out)
 
     def remote_summaries(self) -> tuple[RankSummary, ...]:
-        """The other nodes' ranks as the job's store last showed them, of each attempt of the job
-        (none outside a multi-node job); this node's own ranks are left out (their stream says more)."""
+        """The other nodes' ranks as the job's store last showed them (none outside a multi-node
+        job); this node's own ranks are left out (their stream says more)."""
         with self._lock:
             return self._remote_summaries(rank_numbers(list(self.feeds.values())))
 
     def _remote_summaries(self, numbers: dict[int, int]) -> tuple[RankSummary, ...]:
-        out: list[RankSummary] = []
-        for remote in (*self._earlier_remotes, *([] if self.remote is None else [self.remote])):
-            attempt = remote.job.attempt
-            own = {numbers[pid] for pid, feed in self.feeds.items() if (feed.attempt or 0) == attempt}
-            out.extend(replace(s, attempt=attempt) for s in remote.summaries(skip=own))
-        return tuple(out)
+        return () if self.remote is None else self.remote.summaries(skip=set(numbers.values()))
 
     def remote_histories(self, skip: Collection[int]) -> tuple[RankHistory, ...]:
         """The other nodes' ranks' points, one each time the job's store showed a new summary: what
@@ -343,8 +355,8 @@ class RankFeeds:
         return "killed", ended
 
     def close(self) -> None:
-        for remote in (*self._earlier_remotes, *([] if self.remote is None else [self.remote])):
-            remote.close()
+        if self.remote is not None:
+            self.remote.close()
         self._exits.close()
         self._sink.close()
         self._nvml.close()

@@ -2,12 +2,14 @@
 write there (stdlib only: identity, key names, the summaries' wire form, a silent rank's status).
 
 torchrun hands every rank the address of a TCPStore that lives as long as the job (the one its
-rendezvous uses, served by the agent of node 0), the run's id and the restart attempt. Each rank
-of a multi-node job keeps one key there, its rolling summary, overwritten about once a second, so
-the store holds one small value per rank however long the run; deaths go to one append-only events
-key per attempt (at most one line per rank). Keys are namespaced by run id and attempt: a restarted
-job starts afresh and never mixes in its previous attempt's ranks. Every node's watcher reads all
-of them; ranks of its own node it also has from their local stream, in full detail.
+rendezvous uses, served by the agent of node 0) and the run's id. Each rank of a multi-node job
+keeps one key there, its rolling summary, overwritten about once a second, so the store holds one
+small value per rank however long the run; deaths go to one append-only events key (a line per
+process that died). Keys are namespaced by run id, not by torchrun's restart count: that count is a
+node's own (a node whose ranks restart because another node's failed does not count it), so it
+names no attempt of the whole job. A restarted rank is a new process that takes over its key;
+readers tell its attempts apart by the process id its summaries carry. Every node's watcher reads
+all of them; ranks of its own node it also has from their local stream, in full detail.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class JobStore:
     host: str
     port: int
     run_id: str
-    attempt: int  # torchrun's restart count
+    attempt: int  # torchrun's restart count on the rank's node (not in the keys: see above)
     world_size: int
     local_world_size: int
     node: int | None  # the node rank (GROUP_RANK)
@@ -48,7 +50,7 @@ class JobStore:
 
     @property
     def prefix(self) -> str:
-        return f"{KEY_ROOT}/{self.run_id}/{self.attempt}/"
+        return f"{KEY_ROOT}/{self.run_id}/"
 
     def summary_key(self, rank: int) -> str:
         return f"{self.prefix}rank/{rank}"
@@ -144,37 +146,41 @@ def decode_summary(data: bytes) -> Published | None:
         return None
 
 
-def encode_death(rank: int, ended: str | None) -> bytes:
-    """One line of the events key: a rank that died, and how, as its node's watcher saw it."""
-    return json.dumps({"rank": rank, "ended": ended}, separators=(",", ":")).encode() + b"\n"
+def encode_death(rank: int, pid: int, ended: str | None) -> bytes:
+    """One line of the events key: a rank's process that died, and how, as its node's watcher saw it."""
+    return json.dumps({"rank": rank, "pid": pid, "ended": ended}, separators=(",", ":")).encode() + b"\n"
 
 
-def decode_deaths(data: bytes) -> dict[int, str | None]:
-    """rank -> how it ended, from the events key (lines that are not ours are skipped)."""
-    deaths: dict[int, str | None] = {}
+def decode_deaths(data: bytes) -> dict[tuple[int, int], str | None]:
+    """(rank, pid) -> how that process ended, from the events key (lines that are not ours are skipped)."""
+    deaths: dict[tuple[int, int], str | None] = {}
     for line in data.splitlines():
         try:
             event = json.loads(line)
-            rank = event["rank"]
-            if isinstance(rank, int):
-                deaths[rank] = None if event.get("ended") is None else str(event["ended"])
+            rank, pid = event["rank"], event["pid"]
+            if isinstance(rank, int) and isinstance(pid, int):
+                deaths[(rank, pid)] = None if event.get("ended") is None else str(event["ended"])
         except (ValueError, TypeError, KeyError):
             continue
     return deaths
 
 
 def remote_status(
-    published: Published, silent_s: float, store_lost: bool, deaths: Mapping[int, str | None]
+    published: Published, silent_s: float, store_lost: bool, deaths: Mapping[tuple[int, int], str | None],
+    replaced: bool = False,
 ) -> tuple[str, str | None]:
     """(status, how it ended) of another node's rank as this watcher knows it: its run's own status
-    once it wrote its final summary; "killed" when its node's watcher reported its death; "stale"
-    when its summaries stopped arriving (its key unchanged for STALE_AFTER_S, or the store itself gone
-    before it finished) with nothing to say why; else "running"."""
+    once it wrote its final summary; "killed" when its node's watcher reported its death, or when a
+    restart's new process took over its key (`replaced`) before it finished; "stale" when its summaries
+    stopped arriving (its key unchanged for STALE_AFTER_S, or the store itself gone before it
+    finished) with nothing to say why; else "running"."""
     summary = published.summary
     if published.final:
         return summary.status, summary.ended
-    if summary.rank in deaths:
-        return "killed", deaths[summary.rank]
+    if (summary.rank, summary.pid) in deaths:
+        return "killed", deaths[(summary.rank, summary.pid)]
+    if replaced:
+        return "killed", None
     if store_lost or silent_s > STALE_AFTER_S:
         return "stale", None
     return "running", None

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..holders import holder_trend, top_holder, top_trend
 from ..model import Clock, RankSummary, VerdictName
 from ..report import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose
 from ..resources import RAM, VRAM
 from ..units import format_bytes, rate_unit
-from .feed import RankFeed, died_of, rank_numbers
+from .feed import RankFeed, attempt_numbers, died_of, rank_numbers
 from ..merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0
@@ -74,7 +74,7 @@ def _died(feed: RankFeed) -> str | None:
     return died_of(feed)
 
 
-def judge_rank(feed: RankFeed, rank: int) -> RankLive:
+def judge_rank(feed: RankFeed, rank: int, attempt: int | None = None) -> RankLive:
     """The live verdict of one rank from what it streamed so far."""
     clock: Clock = feed.clock if feed.clock in ("optimizer", "backward", "batch", "forward", "time") else "time"  # type: ignore[assignment]
     enough = feed.timeline.by_time.count if clock == "time" else feed.steps
@@ -91,7 +91,7 @@ def judge_rank(feed: RankFeed, rank: int) -> RankLive:
         rank=rank, pid=feed.pid, verdict=verdict, resource=resource, per_step_bytes=rate, clock=clock,
         steps=feed.steps, peak_bytes=_peak_bytes(feed), holder=_growing_holder(feed), died=_died(feed),
         last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,
-        host=feed.host, node=None if feed.job is None else feed.job.get("node"), attempt=feed.attempt,
+        host=feed.host, node=None if feed.job is None else feed.job.get("node"), attempt=attempt,
     )
 
 
@@ -172,4 +172,6 @@ class LiveRanks:
         for feed in [*unjudged, *stale[: max(0, self._max_per_call - len(unjudged))]]:
             self.judged += 1
             cache[feed.pid] = (now, judge_rank(feed, numbers[feed.pid]))
-        return tuple(sorted((cache[f.pid][1] for f in feeds), key=lambda r: r.rank))
+        attempts = attempt_numbers(feeds, numbers)  # a restart's processes of one rank: 0, 1, ...
+        judged = (replace(cache[f.pid][1], attempt=attempts[f.pid]) for f in feeds)
+        return tuple(sorted(judged, key=lambda r: (r.rank, r.attempt or 0)))

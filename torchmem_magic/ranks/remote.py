@@ -75,10 +75,13 @@ class RemoteRanks:
         self._ending = False
         self._latest: dict[int, Published] = {}
         self._changed_s: dict[int, float] = {}  # rank -> when its key last changed, in the watcher's seconds
+        #: rank -> its earlier processes' last summaries (and when each last changed): a restart's new
+        #: process took over the key
+        self._earlier: dict[int, list[tuple[Published, float]]] = {}
         self._history: dict[int, DecimatingSeries] = {}  # rank of another node -> a row each time its key changed
-        self._deaths: dict[int, str | None] = {}
-        self._to_report: list[tuple[int, str | None]] = []  # deaths seen here, not yet written
-        self._reported: set[int] = set()
+        self._deaths: dict[tuple[int, int], str | None] = {}  # (rank, pid) -> how it ended
+        self._to_report: list[tuple[int, int, str | None]] = []  # deaths seen here, not yet written
+        self._reported: set[tuple[int, int]] = set()
         self.problem: str | None = None
         self.lost = False  # the store can no longer be read
         self.reads = 0
@@ -92,13 +95,13 @@ class RemoteRanks:
         self._ending = True
         self._wake.set()
 
-    def report_death(self, rank: int, ended: str | None) -> None:
-        """A rank of this node died without finishing: tell the other nodes (once)."""
+    def report_death(self, rank: int, pid: int, ended: str | None) -> None:
+        """A rank's process of this node died without finishing: tell the other nodes (once)."""
         with self._lock:
-            if rank in self._reported:
+            if (rank, pid) in self._reported:
                 return
-            self._reported.add(rank)
-            self._to_report.append((rank, ended))
+            self._reported.add((rank, pid))
+            self._to_report.append((rank, pid, ended))
         self._wake.set()
 
     def _run(self) -> None:
@@ -130,8 +133,8 @@ class RemoteRanks:
     def _write_deaths(self, client: StoreClient) -> None:
         with self._lock:
             pending, self._to_report = self._to_report, []
-        for rank, ended in pending:
-            client.append(self.job.events_key, encode_death(rank, ended))
+        for rank, pid, ended in pending:
+            client.append(self.job.events_key, encode_death(rank, pid, ended))
 
     def _read(self, client: StoreClient, keys: list[str]) -> None:
         values = client.read([*keys, self.job.events_key])
@@ -146,6 +149,9 @@ class RemoteRanks:
                     continue
                 rank = published.summary.rank
                 before = self._latest.get(rank)
+                if before is not None and before.summary.pid != published.summary.pid:  # restarted: a new process
+                    self._earlier.setdefault(rank, []).append((before, self._changed_s.get(rank, now_s)))
+                    before = None
                 if before is None or before.seq != published.seq:
                     self._changed_s[rank] = now_s
                     self._note(published.summary, now_s)
@@ -166,16 +172,22 @@ class RemoteRanks:
 
     def summaries(self, skip: Collection[int] = ()) -> tuple[RankSummary, ...]:
         """Every rank read so far but those in `skip` (this node's, known in full from their stream),
-        with its status as this watcher knows it and `last_seen_s` when its key last changed."""
+        with its status as this watcher knows it and `last_seen_s` when its key last changed. A rank
+        that torchrun restarted has an entry for each of its processes seen, `attempt` 0, 1, ..."""
         now_s = self._clock()
         with self._lock:
             out = []
             for rank, published in sorted(self._latest.items()):
                 if rank in skip:
                     continue
+                earlier = self._earlier.get(rank, [])
+                for attempt, (old, changed_s) in enumerate(earlier):
+                    status, ended = remote_status(old, now_s - changed_s, self.lost, self._deaths, replaced=True)
+                    out.append(replace(old.summary, status=status, ended=ended, last_seen_s=changed_s, attempt=attempt))
                 changed_s = self._changed_s.get(rank, now_s)
                 status, ended = remote_status(published, now_s - changed_s, self.lost, self._deaths)
-                out.append(replace(published.summary, status=status, ended=ended, last_seen_s=changed_s))
+                out.append(replace(published.summary, status=status, ended=ended, last_seen_s=changed_s,
+                                   attempt=len(earlier) if earlier else None))
             return tuple(out)
 
     def histories(self, skip: Collection[int] = ()) -> tuple[RankHistory, ...]:

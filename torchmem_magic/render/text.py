@@ -24,6 +24,7 @@ from ..model import (
     Suspect,
     TensorFinding,
     VramSummary,
+    last_of_each_rank,
 )
 from ..resources import HEAP, RAM, SHM, VRAM, WORKER_COUNT, by_key
 from ..units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
@@ -184,7 +185,8 @@ def _rank_progress(status: LiveStatus) -> str:
 RANK_HEADER = ["rank", "pid", "steps", "RAM peak", "heap peak", "VRAM peak", "growth", "verdict", "top holder"]
 
 
-def _rank_cells(rank: RankSummary, latest_attempt: int | None = None) -> list[str]:
+def _rank_cells(rank: RankSummary, earlier: bool = False) -> list[str]:
+    """`earlier`: a process of the rank before torchrun restarted it (labelled with its attempt)."""
     verdict = rank.verdict + (f" ({rank.leak_kind})" if rank.leak_kind else "")
     if rank.status not in ("ok", "error", "interrupted"):
         verdict += f", {rank.status}" + (f" ({rank.ended})" if rank.ended else "")
@@ -194,7 +196,7 @@ def _rank_cells(rank: RankSummary, latest_attempt: int | None = None) -> list[st
     holder = top_holder(rank.suspects, or_largest=rank.verdict == "leak")
     return [
         str(rank.rank) + (f"@{rank.host}" if rank.host and rank.local_rank is not None and rank.rank != rank.local_rank else "")
-        + (f" (attempt {rank.attempt})" if rank.attempt is not None and rank.attempt != latest_attempt else ""),
+        + (f" (attempt {rank.attempt})" if earlier else ""),
         str(rank.pid),
         f"{rank.steps:,}",
         format_bytes(rank.ram.peak_bytes),
@@ -210,8 +212,8 @@ def ranks_text(ranks: tuple[RankSummary, ...] | None) -> list[str]:
     """The per-rank table of a multi-process run."""
     if not ranks:
         return []
-    latest = max((r.attempt for r in ranks if r.attempt is not None), default=None)  # earlier ones are labelled
-    rows = [RANK_HEADER, *(_rank_cells(r, latest) for r in ranks)]
+    last = last_of_each_rank(ranks)  # the others are a restarted rank's earlier processes, labelled
+    rows = [RANK_HEADER, *(_rank_cells(r, all(r is not e for e in last)) for r in ranks)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(RANK_HEADER))]
     lines = ["  ranks:"]
     for row in rows:
@@ -223,8 +225,8 @@ def ranks_text(ranks: tuple[RankSummary, ...] | None) -> list[str]:
 def ranks_html(ranks: tuple[RankSummary, ...] | None) -> str:
     if not ranks:
         return ""
-    latest = max((r.attempt for r in ranks if r.attempt is not None), default=None)
-    rows = [[html.escape(c) for c in _rank_cells(r, latest)] for r in ranks]
+    last = last_of_each_rank(ranks)
+    rows = [[html.escape(c) for c in _rank_cells(r, all(r is not e for e in last))] for r in ranks]
     return "<div class='torchmem-ranks'><b>Ranks</b>" + _table(RANK_HEADER, rows) + "</div>"
 
 
