@@ -24,6 +24,7 @@ import own_memory  # noqa: E402
 import peers  # noqa: E402
 import ranks  # noqa: E402
 import scan_speed  # noqa: E402
+import store_scale  # noqa: E402
 import torch  # noqa: E402
 import verdicts  # noqa: E402
 
@@ -36,6 +37,7 @@ PAGES = {
     "ranks": DOCS / "benchmarks.md",
     "peers": DOCS / "benchmarks.md",
     "live": DOCS / "benchmarks.md",
+    "store": DOCS / "benchmarks.md",
 }
 
 
@@ -212,6 +214,13 @@ def render_ranks() -> str:
     return "\n".join(lines)
 
 
+def render_store() -> str:
+    """The job store's load from 8 to 1,024 ranks, simulated at the real rate (~3 min)."""
+    load_before = os.getloadavg()[0]
+    results = store_scale.run()
+    return store_scale.render(results, load_before, os.getloadavg()[0])
+
+
 def replace_section(text: str, name: str, body: str, where: str = "the page") -> str:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
@@ -233,7 +242,8 @@ def write_tables(tables: dict[str, str]) -> None:
 def main() -> None:
     """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
     makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks,
-              "peers": peers.render, "live": render_live}
+              "peers": peers.render, "live": render_live,
+              "store": render_store}
     wanted = sys.argv[1:] or list(makers)
     unknown = set(wanted) - set(makers)
     if unknown:
