@@ -25,6 +25,7 @@ import peers  # noqa: E402
 import ranks  # noqa: E402
 import scale  # noqa: E402
 import scan_speed  # noqa: E402
+import store_scale  # noqa: E402
 import torch  # noqa: E402
 import verdicts  # noqa: E402
 
@@ -38,6 +39,7 @@ PAGES = {
     "peers": DOCS / "benchmarks.md",
     "live": DOCS / "benchmarks.md",
     "scale": DOCS / "benchmarks.md",
+    "store": DOCS / "benchmarks.md",
 }
 
 
@@ -214,6 +216,13 @@ def render_ranks() -> str:
     return "\n".join(lines)
 
 
+def render_store() -> str:
+    """The job store's load from 8 to 1,024 ranks, simulated at the real rate (~3 min)."""
+    load_before = os.getloadavg()[0]
+    results = store_scale.run()
+    return store_scale.render(results, load_before, os.getloadavg()[0])
+
+
 def replace_section(text: str, name: str, body: str, where: str = "the page") -> str:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
@@ -235,7 +244,7 @@ def write_tables(tables: dict[str, str]) -> None:
 def main() -> None:
     """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
     makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks,
-              "peers": peers.render, "live": render_live, "scale": scale.render}
+              "peers": peers.render, "live": render_live, "scale": scale.render, "store": render_store}
     wanted = sys.argv[1:] or list(makers)
     unknown = set(wanted) - set(makers)
     if unknown:
