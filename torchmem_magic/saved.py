@@ -58,12 +58,24 @@ def _value(kind: Any, value: Any) -> Any:
     return value
 
 
+_TYPE_HINTS: dict[type[Any], dict[str, Any]] = {}  # the package's own schema classes only
+
+
+def _type_hints(cls: type[Any]) -> dict[str, Any]:
+    """A class's field types, resolved once: resolving them costs more than the rest of a decoding (a
+    watcher of many ranks decodes every rank's summary once a second)."""
+    hints = _TYPE_HINTS.get(cls)
+    if hints is None:
+        hints = _TYPE_HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
 def from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
     """The `cls` whose `to_dict()` gave `data`; a key it lacks takes the field's default
     (ValueError when the field has none)."""
     if not isinstance(data, dict):
         raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    kinds = typing.get_type_hints(cls)
+    kinds = _type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
         key = _schema_key(f)
