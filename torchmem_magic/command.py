@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
-from .agent.boot import ENV_GUARD, ENV_SCAN
-from .ranks.protocol import ENV_INTERVAL_MS, ENV_SINK
+from .ranks.launch_env import watched_environment
 from .results import Report
 
 if TYPE_CHECKING:
     from .live_view import Listener
 
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent", "bootstrap")
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -40,23 +38,6 @@ class WatchOptions:
     status_every_s: float | None = None  # the live status's period (None: 1 s on a terminal, else 10 s; 0: none)
     metrics_address: tuple[str, int] | None = None  # where to serve the ranks as Prometheus gauges, if anywhere
     guard: float | None = None  # each rank stops its loop at this share of a resource's limit
-
-
-def child_environment(
-    base: Mapping[str, str], address: str, interval_ms: float, scan: bool, guard: float | None = None
-) -> dict[str, str]:
-    """`base` plus what makes the command's Python processes report to the watcher (and, with a
-    `guard` share, stop their loop before a resource reaches it)."""
-    env = dict(base)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = BOOTSTRAP_DIR + (os.pathsep + path if path else "")
-    env[ENV_SINK] = address
-    env[ENV_INTERVAL_MS] = f"{interval_ms:g}"
-    env[ENV_SCAN] = "1" if scan else "0"
-    env.pop(ENV_GUARD, None)
-    if guard is not None:
-        env[ENV_GUARD] = f"{guard:g}"
-    return env
 
 
 def exit_status(returncode: int) -> int:
@@ -151,7 +132,7 @@ def _watch(options: WatchOptions, listener: Listener | None, out: TextIO, err: T
     session.start()
     try:
         assert session.ranks is not None
-        env = child_environment(os.environ, session.ranks.address, options.interval_ms, options.scan, options.guard)
+        env = watched_environment(os.environ, session.ranks.address, options.interval_ms, options.scan, options.guard)
         child = subprocess.Popen(list(options.command), env=env)
     except OSError as exc:
         session.stop(exc)

@@ -37,6 +37,7 @@ from .timeline import Timeline
 if TYPE_CHECKING:
     from .flight.recorder import FlightRecorder
     from .ranks.feed import RankFeeds
+    from .ranks.launch_env import ExportedToChildren
     from .ranks.transport import Outbox
 
 _registry: Registry[MemwatchSession, Report] = Registry()
@@ -98,6 +99,7 @@ class MemwatchSession:
         self.requests = StepRequests(on_error=self._absorb_callback_error)
         self.probes: ProbeBundle | None = None
         self.ranks: RankFeeds | None = None
+        self._children_env: ExportedToChildren | None = None
         self.guard: MemoryGuard | None = None  # made at start, once the limits are known
         self.view: LiveView | None = None
         self.evidence: RunEvidence | None = None  # what the report was assembled from
@@ -228,8 +230,13 @@ class MemwatchSession:
             probes = self.probes = ProbeBundle(options.shm_path, self._devices)
             if options.watch_ranks:
                 from .ranks.feed import RankFeeds
+                from .ranks.launch_env import ExportedToChildren
 
                 self.ranks = RankFeeds(self.runtime.clock)
+                # torchrun or a spawned launcher started in the block: its ranks stream here as forked ones do
+                self._children_env = ExportedToChildren()
+                self._children_env.export(self.ranks.address, options.interval_ms, self.finder is not None,
+                                          options.guard_share)
             if options.guard_share is not None:
                 shm = probes.shm_usage()
                 self.guard = MemoryGuard(
@@ -298,6 +305,8 @@ class MemwatchSession:
         record: the run ended with this process alive."""
         if self.probes is not None:
             self.probes.close()
+        if self._children_env is not None:
+            self._children_env.restore()
         if self.ranks is not None:
             self.ranks.close()
         if self.recorder is not None:

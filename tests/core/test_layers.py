@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gathering", (
         "probes", "probes.", "hooks", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
         "ranks", "ranks.transport", "ranks.relay", "ranks.feed", "ranks.live", "ranks.settings", "flight",
-        "ranks.store_client", "ranks.publisher", "ranks.remote",
+        "ranks.store_client", "ranks.publisher", "ranks.remote", "ranks.launch_env",
         "flight.recorder", "flight.crashes",
     )),
     ("session", ("steps", "leak_finder", "lifecycle", "live_view", "session")),

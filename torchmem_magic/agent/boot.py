@@ -19,15 +19,13 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..ranks.protocol import ENV_INTERVAL_MS, ENV_SINK
+from ..ranks.protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
 
 if TYPE_CHECKING:
     from ..hooks import LoaderPass, StepClock, TrainingHooks
     from .rank import RankAgent
 
 #: "0" turns the ranks' leak finder off (`watch --no-scan`); they still stream their curves
-ENV_SCAN = "TORCHMEM_MAGIC_SCAN"
-ENV_GUARD = "TORCHMEM_MAGIC_GUARD"  # `watch --guard`: the share of a limit at which each rank stops its loop
 DEFAULT_INTERVAL_MS = 100.0
 
 _armed: TrainingHooks | None = None  # this process's hooks once torch is imported
