@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -196,4 +197,28 @@ def test_a_watcher_whose_ranks_name_an_unreachable_store_says_so_once_and_keeps_
         summaries = feeds.summaries()
         assert summaries is not None and [(s.rank, s.via, s.node) for s in summaries] == [(0, "stream", 0)]
     finally:
+        feeds.close()
+
+
+def test_a_rank_sigkilled_while_the_oom_kill_counters_rose_died_by_the_oom_killer() -> None:
+    counts = {"system": 7, "cgroup:/job": 2}
+    feeds = RankFeeds(oom_counts=lambda: dict(counts))
+    victims = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    try:
+        for rank, victim in enumerate(victims):
+            feeds._apply({"k": "hello", "pid": victim.pid, "rank": rank, "host": "a"}, 0.0)
+        def ended_of(rank: int) -> str | None:
+            feeds.poll(force=True)
+            return {s.rank: s.ended for s in feeds.summaries() or ()}[rank]
+
+        victims[0].kill()  # the kill counters have not moved: a kill from outside
+        _until(lambda: ended_of(0) is not None)
+        counts["cgroup:/job"] += 1  # the kernel's OOM killer, in this job's cgroup
+        victims[1].kill()
+        _until(lambda: ended_of(1) is not None)
+        ended = {s.rank: (s.status, s.ended) for s in feeds.summaries() or ()}
+        assert ended == {0: ("killed", "SIGKILL"), 1: ("killed", "SIGKILL, by the OOM killer")}
+    finally:
+        for victim in victims:
+            victim.kill()
         feeds.close()

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..forensics import WorkerExit
 from ..model import RankSummary, Suspect, from_schema_dict
+from ..flight.recorder import oom_kill_counts
 from ..probes.exits import ExitWitness
 from ..probes.nvml import NvmlProcesses
 from ..probes.process import exit_of
@@ -64,6 +65,7 @@ class RankFeed:
     cuda_devices: tuple[str, ...] = ()  # UUIDs of the devices its allocator uses
     cuda_contexts: dict[str, int] = field(default_factory=dict)  # device UUID -> most the driver saw it hold
     job: dict[str, Any] | None = None  # the multi-node job it belongs to (torchrun's store), if any
+    oom_killed: bool = False  # SIGKILLed while the kernel's OOM-kill counters rose: the OOM killer, most likely
 
     @property
     def steps(self) -> int:
@@ -174,7 +176,8 @@ def _alive(pid: int) -> bool:
 
 
 def died_of(feed: RankFeed) -> str | None:
-    """How a rank that ended abnormally died: its signal's name, else its exit code."""
+    """How a rank that ended abnormally died: its signal's name ("SIGKILL, by the OOM killer" where the
+    kernel's OOM-kill counters rose meanwhile), else its exit code."""
     exit_info = feed.exit
     if exit_info is None:
         return None
@@ -182,9 +185,10 @@ def died_of(feed: RankFeed) -> str | None:
         import signal
 
         try:
-            return signal.Signals(exit_info.signal_number).name
+            name = signal.Signals(exit_info.signal_number).name
         except ValueError:
             return f"signal {exit_info.signal_number}"
+        return f"{name}, by the OOM killer" if feed.oom_killed else name
     return f"exit code {exit_info.exit_code}" if exit_info.exit_code else None
 
 
@@ -195,7 +199,9 @@ def _signal_name(name: str | None) -> str | None:
 class RankFeeds:
     """Every rank's feed, by pid (a process is one rank; its rank number may come later)."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, oom_counts: Callable[[], dict[str, int]] = oom_kill_counts
+    ) -> None:
         self._sink = RankSink()
         self.address = self._sink.address
         self._clock = clock
@@ -204,6 +210,8 @@ class RankFeeds:
         self.feeds: dict[int, RankFeed] = {}
         self._nvml = NvmlProcesses()
         self._exits = ExitWitness(clock)
+        self._oom_counts = oom_counts  # the kernel's OOM-kill counters (the system's, each cgroup's)
+        self._oom_before: dict[str, int] | None = None  # read when the first rank reports
         self._next_nvml_s = 0.0
         self._next_poll_s = 0.0
         self._lock = threading.Lock()  # polled by the sampler thread, read by the live figure and at the end
@@ -270,6 +278,8 @@ class RankFeeds:
         if feed is None:
             feed = self.feeds[pid] = RankFeed(pid)
             self._exits.watch(pid)
+            if self._oom_before is None:
+                self._oom_before = self._oom_counts()
         apply_message(feed, message, now_s, self._started_wall_s)
 
     def snapshot(self) -> list[RankFeed]:
@@ -329,21 +339,16 @@ class RankFeeds:
             feed.exit = feed.exit or seen[1]
         if feed.exit is None:
             feed.exit = exit_of(feed.pid)
+            if feed.exit is None:
+                return
+        if feed.exit.signal_number == 9 and not feed.oom_killed and self._oom_before is not None:  # SIGKILL
+            now = self._oom_counts()
+            feed.oom_killed = any(now.get(where, 0) > count for where, count in self._oom_before.items())
 
     @staticmethod
     def _ending(feed: RankFeed, ended_by: BaseException | None) -> tuple[str | None, str | None]:
         """(status, how it ended) for a rank without its final message; (None, ...) keeps the report's."""
-        exit_info = feed.exit
-        ended = None
-        if exit_info is not None and exit_info.signal_number is not None:
-            import signal
-
-            try:
-                ended = signal.Signals(exit_info.signal_number).name
-            except ValueError:
-                ended = f"signal {exit_info.signal_number}"
-        elif exit_info is not None and exit_info.exit_code:
-            ended = f"exit code {exit_info.exit_code}"
+        ended = died_of(feed)
         if ended is None and getattr(ended_by, "error_pid", None) == feed.pid:
             signal_name = _signal_name(getattr(ended_by, "signal_name", None))
             code = getattr(ended_by, "exit_code", None)
