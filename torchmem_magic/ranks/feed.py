@@ -311,7 +311,9 @@ class RankFeeds:
                     ),
                     node=None if feed.job is None else feed.job.get("node"), attempt=attempts[pid],
                 ))
-            out.extend(self._remote_summaries(numbers))  # the other nodes' ranks, as the store last showed them
+            # the other nodes' ranks, as the store last showed them; where the block failed (the job did), one
+            # that never finished was stopped with it
+            out.extend(self._remote_summaries(numbers, job_failed=ended_by is not None))
             return tuple(out)
 
     def remote_summaries(self) -> tuple[RankSummary, ...]:
@@ -320,8 +322,8 @@ class RankFeeds:
         with self._lock:
             return self._remote_summaries(rank_numbers(list(self.feeds.values())))
 
-    def _remote_summaries(self, numbers: dict[int, int]) -> tuple[RankSummary, ...]:
-        return () if self.remote is None else self.remote.summaries(skip=set(numbers.values()))
+    def _remote_summaries(self, numbers: dict[int, int], job_failed: bool = False) -> tuple[RankSummary, ...]:
+        return () if self.remote is None else self.remote.summaries(skip=set(numbers.values()), job_failed=job_failed)
 
     def remote_histories(self, skip: Collection[int]) -> tuple[RankHistory, ...]:
         """The other nodes' ranks' points, one each time the job's store showed a new summary: what

@@ -170,10 +170,11 @@ class RemoteRanks:
         with self._lock:
             return len(self._latest) >= self.job.world_size and all(p.final for p in self._latest.values())
 
-    def summaries(self, skip: Collection[int] = ()) -> tuple[RankSummary, ...]:
+    def summaries(self, skip: Collection[int] = (), job_failed: bool = False) -> tuple[RankSummary, ...]:
         """Every rank read so far but those in `skip` (this node's, known in full from their stream),
         with its status as this watcher knows it and `last_seen_s` when its key last changed. A rank
-        that torchrun restarted has an entry for each of its processes seen, `attempt` 0, 1, ..."""
+        that torchrun restarted has an entry for each of its processes seen, `attempt` 0, 1, ...
+        `job_failed`: the job is over and failed, so a rank gone silent without finishing was stopped."""
         now_s = self._clock()
         with self._lock:
             out = []
@@ -186,6 +187,8 @@ class RemoteRanks:
                     out.append(replace(old.summary, status=status, ended=ended, last_seen_s=changed_s, attempt=attempt))
                 changed_s = self._changed_s.get(rank, now_s)
                 status, ended = remote_status(published, now_s - changed_s, self.lost, self._deaths)
+                if status == "stale" and job_failed:
+                    status = "killed"
                 out.append(replace(published.summary, status=status, ended=ended, last_seen_s=changed_s,
                                    attempt=len(earlier) if earlier else None))
             return tuple(out)
