@@ -632,7 +632,7 @@ def print_tables(counts: dict[str, Any] | None, walls: dict[str, dict[str, Any]]
         print("| configuration | instructions/step | vs bare | A-B-A wall | A-B-A training thread CPU | A-B-A process CPU |")
         print("|---|---|---|---|---|---|")
         whole = counts["per_step"].get("bare", {}).get("per_step") or bare
-        for config in CONFIGS:
+        for config in (*CONFIGS, ASLEEP):
             row = counts["per_step"].get(config)
             wall = walls.get(config)
             instr = "—" if row is None else f"{row['per_step']:,.0f}"
@@ -685,7 +685,8 @@ def print_attribution(rows: list[tuple[str, float | None, float | None, tuple[fl
             continue
         explained += time_share[0]
         spread = "" if time_share[1] == time_share[2] else f" ({time_share[1]:+.1f} … {time_share[2]:+.1f})"
-        ratio = "—" if not instr_share or time_share[1] == time_share[2] else f"{time_share[0] / instr_share:.1f}x"
+        # a ratio says something only where the layer executes instructions of its own (not a few hundred, noise)
+        ratio = "—" if (instr_share or 0.0) < 0.1 or time_share[1] == time_share[2] else f"{time_share[0] / instr_share:.1f}x"
         print(f"| {name} | {instr_text} | {share_text} | {time_share[0]:+.2f}%{spread} | {ratio} |")
     print(f"| not explained by the rows above | | | {whole - explained:+.2f}% | |")
     print(f"| the whole A-B-A difference (training thread CPU) | | | {whole:+.2f}% ({wall['thread'][1]:+.1f} … {wall['thread'][2]:+.1f}) | |")
@@ -719,10 +720,16 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=150, help="on/off pairs of blocks per layer")
     parser.add_argument("--block-steps", type=int, default=300)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--from-json", type=Path, help="print the tables of figures written by --json, measuring nothing")
     args = parser.parse_args()
     if args.child:
         config, steps, warmup, directory = args.child
         return child(config, int(steps), int(warmup), Path(directory))
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        print_tables(saved["counts"], saved["walls"], saved.get("shares"))
+        print(f"\nload average at the end of that run: {saved.get('loadavg', '?')}")
+        return
     walls = {} if args.no_wall else aba(tuple(args.configs), args.rounds, args.wall_steps)
     shares = None if args.no_attribution else attribution(LAYERS, args.pairs, args.block_steps)
     counts = None if args.no_callgrind else instruction_counts(args.callgrind_configs, args.steps, args.warmup, args.calls, args.cache_sim)
