@@ -134,7 +134,8 @@ def config_context(config: str, step: Callable[[], None], records: Path) -> Abst
     if config == "idle thread waking every 10 ms":
         return idle_thread(0.01)
     if config == ASLEEP:
-        return memwatch_session(10_000.0, step, records)
+        session: AbstractContextManager[Any] = memwatch_session(10_000.0, step, records)
+        return session
     return memwatch_session(100.0 if "100 ms" in config else 10.0, step, records)
 
 
@@ -451,16 +452,16 @@ def pass_through_backward() -> AbstractContextManager[Any]:
 
     @contextmanager
     def wrapped() -> Iterator[None]:
-        original = torch.autograd._engine_run_backward
+        original = getattr(torch.autograd, "_engine_run_backward")
 
         def run_backward(*args: Any, **kwargs: Any) -> Any:
             return original(*args, **kwargs)
 
-        torch.autograd._engine_run_backward = run_backward
+        setattr(torch.autograd, "_engine_run_backward", run_backward)
         try:
             yield
         finally:
-            torch.autograd._engine_run_backward = original
+            setattr(torch.autograd, "_engine_run_backward", original)
 
     return wrapped()
 
@@ -634,10 +635,10 @@ def print_tables(counts: dict[str, Any] | None, walls: dict[str, dict[str, Any]]
         whole = counts["per_step"].get("bare", {}).get("per_step") or bare
         for config in (*CONFIGS, ASLEEP):
             row = counts["per_step"].get(config)
-            wall = walls.get(config)
+            timed = walls.get(config)
             instr = "—" if row is None else f"{row['per_step']:,.0f}"
             vs = "—" if row is None else f"{(row['per_step'] / whole - 1) * 100:+.2f}%"
-            print(f"| {config} | {instr} | {vs} | {pct(wall, 'wall')} | {pct(wall, 'thread')} | {pct(wall, 'cpu')} |")
+            print(f"| {config} | {instr} | {vs} | {pct(timed, 'wall')} | {pct(timed, 'thread')} | {pct(timed, 'cpu')} |")
         missed = {c: r["misses_per_step"] for c, r in counts["per_step"].items() if r.get("misses_per_step")}
         if missed:
             names = list(next(iter(missed.values())))
@@ -686,7 +687,7 @@ def print_attribution(rows: list[tuple[str, float | None, float | None, tuple[fl
         explained += time_share[0]
         spread = "" if time_share[1] == time_share[2] else f" ({time_share[1]:+.1f} … {time_share[2]:+.1f})"
         # a ratio says something only where the layer executes instructions of its own (not a few hundred, noise)
-        ratio = "—" if (instr_share or 0.0) < 0.1 or time_share[1] == time_share[2] else f"{time_share[0] / instr_share:.1f}x"
+        ratio = "—" if instr_share is None or instr_share < 0.1 or time_share[1] == time_share[2] else f"{time_share[0] / instr_share:.1f}x"
         print(f"| {name} | {instr_text} | {share_text} | {time_share[0]:+.2f}%{spread} | {ratio} |")
     print(f"| not explained by the rows above | | | {whole - explained:+.2f}% | |")
     print(f"| the whole A-B-A difference (training thread CPU) | | | {whole:+.2f}% ({wall['thread'][1]:+.1f} … {wall['thread'][2]:+.1f}) | |")
