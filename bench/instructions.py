@@ -11,13 +11,24 @@ Only the training thread is counted there: the sampler thread's cost is its inst
 configurations, so the two can be compared: what instructions do not account for is time the training
 thread spends elsewhere (waiting for the GIL, cache misses after a thread switch).
 
+The attribution part takes the training thread's A-B-A difference apart in time: each layer of the
+step path is switched on and off every `--block-steps` steps in one process (hundreds of short pairs:
+the machine's drift cancels within a pair), and its median ratio is its share of a step; a layer's
+share divided by its share of the instructions says how much slower than the step's average its
+instructions run (the step path runs once a step, between torch's calls, with its code and data
+cold). The session's time-paced parts (step samples, holder scans) are charged at their instructions
+times how often the timed runs make them; the sampler thread's wake-ups by an idle thread at the
+same rate. What the whole A-B-A difference leaves after these rows is its own row.
+
 Run: .venv/bin/python bench/instructions.py [--steps N] [--rounds R] [--no-wall] [--no-callgrind]
+     [--no-attribution] [--cache-sim]
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import json
 import os
 import shutil
@@ -52,7 +63,12 @@ CONFIGS = (
 #: under callgrind the threads take turns at a 50x slower pace: a thread's wake-ups say nothing there, and
 #: a session's time-paced parts (step samples, scans, readings) come 50x too often per step; the session
 #: is measured part by part instead (COMPONENTS), each part's count per step taken from the timed runs
-CALLGRIND_CONFIGS = ("bare", "optimizer hook, no-op", "all step hooks, no-op callbacks")
+CALLGRIND_CONFIGS = (
+    "bare", "optimizer hook, no-op", "all step hooks, no-op callbacks", "memwatch -q, sampler asleep, nothing due",
+)
+#: a whole session whose time-paced parts never come due: its sampler thread asleep (one reading in
+#: 10 s), no step sample, no scan; what every step of a session pays on the training thread
+ASLEEP = "memwatch -q, sampler asleep, nothing due"
 
 
 # ---------------------------------------------------------------------------------------------- the workload
@@ -115,6 +131,11 @@ def config_context(config: str, step: Callable[[], None], records: Path) -> Abst
         return TrainingHooks(lambda clock: None, lambda loader_pass: None)
     if config == "idle thread waking every 100 ms":
         return idle_thread(0.1)
+    if config == "idle thread waking every 10 ms":
+        return idle_thread(0.01)
+    if config == ASLEEP:
+        session: AbstractContextManager[Any] = memwatch_session(10_000.0, step, records)
+        return session
     return memwatch_session(100.0 if "100 ms" in config else 10.0, step, records)
 
 
@@ -161,6 +182,8 @@ def child(config: str, steps: int, warmup_steps: int, client_dir: Path) -> None:
     with context:
         for _ in range(warmup_steps):
             step()
+        if config == ASLEEP:
+            nothing_due(context)
         facts_before = session_facts(context)
         client.tm_zero()
         for _ in range(steps):
@@ -255,12 +278,19 @@ def session_facts(context: Any) -> dict[str, Any]:
     }
 
 
-def run_callgrind(config: str, steps: int, warmup_steps: int, work: Path) -> dict[str, Any]:
-    """One configuration under callgrind: the instructions of each dump, on the training thread."""
+#: callgrind's simulated caches as this machine's (L1i 32 KiB, L1d 48 KiB, its 1 MiB L2 as the last level:
+#: callgrind simulates two levels, and what a step's code and data miss is the L2)
+CACHE_SIM = ["--cache-sim=yes", "--branch-sim=yes", "--I1=32768,8,64", "--D1=49152,12,64", "--LL=1048576,16,64"]
+
+
+def run_callgrind(config: str, steps: int, warmup_steps: int, work: Path, cache_sim: bool = False) -> dict[str, Any]:
+    """One configuration under callgrind: the instructions of each dump, on the training thread (with
+    `cache_sim`, also the simulated cache misses and mispredicted branches)."""
     out = work / f"cg-{len(list(work.glob('cg-*')))}"
     out.mkdir()
     command = [
         "valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}/cg.out",
+        *(CACHE_SIM if cache_sim else []),
         sys.executable, __file__, "--child", config, str(steps), str(warmup_steps), str(work),
     ]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -268,8 +298,10 @@ def run_callgrind(config: str, steps: int, warmup_steps: int, work: Path) -> dic
     if done.returncode != 0:
         raise RuntimeError(f"{config}: {done.stderr[-3000:]}")
     facts = json.loads(done.stdout.strip().splitlines()[-1])
-    dumps = {trigger(part): (total_instructions(part), str(part)) for part in training_thread_dumps(out)}
-    return {"config": config, "dumps": dumps, **facts}
+    parts = training_thread_dumps(out)
+    dumps = {trigger(part): (total_instructions(part), str(part)) for part in parts}
+    events = {trigger(part): summary_events(part) for part in parts}
+    return {"config": config, "dumps": dumps, "events": events, **facts}
 
 
 def training_thread_dumps(out: Path) -> list[Path]:
@@ -296,6 +328,30 @@ def total_instructions(part: Path) -> int:
     raise RuntimeError(f"no totals in {part}")
 
 
+def summary_events(part: Path) -> dict[str, int]:
+    """Every event of the dump's summary by name (Ir; with the cache simulation I1mr, D1mr, ... Bcm, Bim)."""
+    names: list[str] = []
+    with part.open() as lines:
+        for line in lines:
+            if line.startswith("events:"):
+                names = line.split()[1:]
+            elif line.startswith("summary:"):
+                return dict(zip(names, map(int, line.split()[1:])))
+    return {}
+
+
+def misses(events: dict[str, int]) -> dict[str, int]:
+    """The simulated misses of a dump: instruction fetches and data accesses missing L1 and missing the
+    L2, and mispredicted branches (empty without the cache simulation)."""
+    if "I1mr" not in events:
+        return {}
+    return {
+        "I1 misses": events["I1mr"], "D1 misses": events["D1mr"] + events["D1mw"],
+        "L2 misses": events["ILmr"] + events["DLmr"] + events["DLmw"],
+        "mispredicted branches": events.get("Bcm", 0) + events.get("Bim", 0),
+    }
+
+
 def top_functions(part: Path, limit: int = 25) -> list[tuple[int, str]]:
     """(self instructions, function) of the dump's costliest functions (callgrind_annotate)."""
     done = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(part)], capture_output=True, text=True, check=True)
@@ -315,17 +371,26 @@ def wall_step_s(step: Callable[[], None], steps: int, config: str, records: Path
     for _ in range(20):
         step()
     context = config_context(config, step, records)
+    collections = [0]
+
+    def count_collection(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections[0] += 1
+
     with context:
         for _ in range(steps // 2):
             step()
         before = session_facts(context)
+        gc.callbacks.append(count_collection)
         wall0, cpu0, thread0 = time.perf_counter(), time.process_time(), time.thread_time()
         for _ in range(steps):
             step()
         wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
         thread_s = time.thread_time() - thread0
+        gc.callbacks.remove(count_collection)
         after = session_facts(context)
     events = {key: after[key] - before[key] for key in after if key != "stride"}
+    events["gc_collections"] = collections[0]
     return {"wall_s": wall_s / steps, "cpu_s": cpu_s / steps, "thread_s": thread_s / steps, "events": events}
 
 
@@ -339,6 +404,7 @@ def aba(configs: tuple[str, ...], rounds: int, steps: int) -> dict[str, dict[str
     records = Path(tempfile.mkdtemp(prefix="torchmem-instr-records-"))
     rows: dict[str, dict[str, Any]] = {}
     bare_s: list[float] = []
+    bare_collections: list[float] = []
     for config in configs:
         if config == "bare":
             continue
@@ -349,6 +415,7 @@ def aba(configs: tuple[str, ...], rounds: int, steps: int) -> dict[str, dict[str
             timed = wall_step_s(step, steps, config, records)
             after = wall_step_s(step, steps, "bare", records)
             bare_s += [before["wall_s"], after["wall_s"]]
+            bare_collections.append((before["events"]["gc_collections"] + after["events"]["gc_collections"]) / 2 / steps)
             for key, values in ratios.items():
                 values.append(timed[key] / ((before[key] + after[key]) / 2))
             events.append(timed["events"])
@@ -357,7 +424,7 @@ def aba(configs: tuple[str, ...], rounds: int, steps: int) -> dict[str, dict[str
             "cpu": percent_quartiles(ratios["cpu_s"]),
             "events_per_step": {key: statistics.median(e[key] for e in events) / steps for key in events[0]},
         }
-    rows["bare"] = {"step_s": statistics.median(bare_s)}
+    rows["bare"] = {"step_s": statistics.median(bare_s), "gc_collections_per_step": statistics.median(bare_collections or [0.0])}
     return rows
 
 
@@ -367,18 +434,159 @@ def percent_quartiles(ratios: list[float]) -> tuple[float, float, float]:
     return ((statistics.median(ratios) - 1) * 100, (q[0] - 1) * 100, (q[2] - 1) * 100)
 
 
+# ---------------------------------------------------------------------------------------------- attribution
+#: the layers of the step path, each switched on and off between two blocks of steps in one process
+LAYERS = (
+    "torch's optimizer hook point, no-op callback",
+    "backward engine wrap, pass-through",
+    "the step hooks, no-op callbacks",
+    "the session's tick, nothing due (sampler asleep)",
+    "idle thread waking every 100 ms",
+    "idle thread waking every 10 ms",
+)
+
+
+def pass_through_backward() -> AbstractContextManager[Any]:
+    """`torch.autograd._engine_run_backward` wrapped by a function that only calls it."""
+    import torch.autograd
+
+    @contextmanager
+    def wrapped() -> Iterator[None]:
+        original = getattr(torch.autograd, "_engine_run_backward")
+
+        def run_backward(*args: Any, **kwargs: Any) -> Any:
+            return original(*args, **kwargs)
+
+        setattr(torch.autograd, "_engine_run_backward", run_backward)
+        try:
+            yield
+        finally:
+            setattr(torch.autograd, "_engine_run_backward", original)
+
+    return wrapped()
+
+
+def layer_toggle(layer: str, step: Callable[[], None], records: Path) -> tuple[Callable[[], AbstractContextManager[Any]], AbstractContextManager[Any]]:
+    """(what switches the layer on for one block, what the whole measurement of the layer runs in)."""
+    from torchmem_magic.hooks import TrainingHooks
+
+    if layer == LAYERS[0]:
+        return optimizer_hook_only, nullcontext()
+    if layer == LAYERS[1]:
+        return pass_through_backward, nullcontext()
+    if layer == LAYERS[2]:
+        return lambda: TrainingHooks(lambda clock: None, lambda loader_pass: None), nullcontext()
+    if layer == LAYERS[3]:
+        session = memwatch_session(10_000.0, step, records)
+
+        @contextmanager
+        def active() -> Iterator[None]:
+            hooks = session._hooks
+            hooks.active = True
+            try:
+                yield
+            finally:
+                hooks.active = False
+
+        @contextmanager
+        def around() -> Iterator[None]:
+            with session:
+                for _ in range(84):
+                    step()  # past the dense start
+                nothing_due(session)
+                session._hooks.active = False  # the hooks stay installed: the layer is what an active one adds
+                yield
+
+        return active, around()
+    return lambda: idle_thread(0.1 if "100 ms" in layer else 0.01), nullcontext()
+
+
+def attribution(layers: tuple[str, ...], pairs: int, block_steps: int) -> dict[str, tuple[float, float, float]]:
+    """Per layer, the median and quartiles (percent) of the training thread's CPU time in a block with the
+    layer on over the block before it without: `pairs` pairs of `block_steps` steps, in one process."""
+    import torch
+
+    torch.set_num_threads(1)
+    step = make_step()
+    records = Path(tempfile.mkdtemp(prefix="torchmem-instr-records-"))
+    for _ in range(200):
+        step()
+
+    def block() -> float:
+        started = time.thread_time()
+        for _ in range(block_steps):
+            step()
+        return time.thread_time() - started
+
+    shares = {}
+    for layer in layers:
+        switch_on, around = layer_toggle(layer, step, records)
+        ratios = []
+        with around:
+            for _ in range(pairs):
+                without = block()
+                with switch_on():
+                    with_layer = block()
+                ratios.append(with_layer / without)
+        shares[layer] = percent_quartiles(ratios)
+        print(f"# {layer}: {shares[layer][0]:+.2f}% ({shares[layer][1]:+.2f} … {shares[layer][2]:+.2f})", file=sys.stderr)
+    return shares
+
+
+def attribution_rows(
+    counts: dict[str, Any], shares: dict[str, tuple[float, float, float]], wall: dict[str, Any], interval_s: float
+) -> list[tuple[str, float | None, float | None, tuple[float, float, float] | None]]:
+    """(cause, instructions per step, share of a bare step's instructions, share of its time with quartiles)
+    that add up to the session's A-B-A difference of the training thread's CPU time; None where not known."""
+    per_call, per_step = counts["per_call"], counts["per_step"]
+    bare = per_step.get("bare", {}).get("per_step") or bare_step(per_call)
+    instructions = {
+        LAYERS[0]: per_step.get("optimizer hook, no-op", {}).get("per_step", bare) - bare,
+        LAYERS[2]: per_step.get("all step hooks, no-op callbacks", {}).get("per_step", bare) - bare,
+        LAYERS[3]: per_call["step in a session, nothing due"] - bare_step(per_call)
+        - (per_step.get("all step hooks, no-op callbacks", {}).get("per_step", bare) - bare),
+    }
+    events = wall.get("events_per_step", {})
+    sample = (per_call["optimizer tick, sampled"] - per_call["optimizer tick, not sampled"]) * events.get("step_samples", 0.0)
+    scan = per_call["holder scan"] * events.get("scans", 0.0)
+    idle = LAYERS[4] if interval_s >= 0.1 else LAYERS[5]
+    rows: list[tuple[str, float | None, float | None, tuple[float, float, float] | None]] = []
+    for layer in (LAYERS[0], LAYERS[2], LAYERS[3]):
+        name, instr, share = layer, instructions[layer], shares.get(layer)
+        if layer == LAYERS[2]:  # what the hooks add over torch's hook point
+            name, instr = "the step hooks' own wraps and checks", instr - instructions[LAYERS[0]]
+            share = minus(share, shares.get(LAYERS[0]))
+        rows.append((name, instr, instr / bare * 100, share))
+    for name, instr in (("step samples (at the timed runs' rate)", sample), ("holder scans (at the timed runs' rate)", scan)):
+        rows.append((name, instr, instr / bare * 100, (instr / bare * 100,) * 3))  # long runs of code: at the step's pace
+    rows.append((f"the sampler thread's wake-ups ({idle})", None, None, shares.get(idle)))
+    return rows
+
+
+def minus(a: tuple[float, float, float] | None, b: tuple[float, float, float] | None) -> tuple[float, float, float] | None:
+    """The median of a less b's (the quartiles: a's spread around that)."""
+    if a is None or b is None:
+        return None
+    return (a[0] - b[0], a[1] - b[0], a[2] - b[0])
+
+
 # ---------------------------------------------------------------------------------------------- the tables
-def instruction_counts(configs: list[str], steps: int, warmup_steps: int, calls: int) -> dict[str, Any]:
-    """Instructions per step of each configuration (training thread), and per call of each component."""
+def instruction_counts(configs: list[str], steps: int, warmup_steps: int, calls: int, cache_sim: bool = False) -> dict[str, Any]:
+    """Instructions per step of each configuration (training thread), and per call of each component;
+    with `cache_sim`, each configuration's simulated misses per step too."""
     work = Path(tempfile.mkdtemp(prefix="torchmem-instr-"))
     if client_library(work) is None or shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind, valgrind/callgrind.h and a C compiler")
     per_step = {}
     for config in configs:
-        run = run_callgrind(config, steps, warmup_steps, work)
+        run = run_callgrind(config, steps, warmup_steps, work, cache_sim)
         instructions, _ = run["dumps"]["measured steps"]
-        per_step[config] = {"per_step": instructions / steps, "facts": run["after"], "file": run["dumps"]["measured steps"][1]}
-        print(f"# {config}: {instructions / steps:,.0f} instructions per step", file=sys.stderr)
+        missed = {name: n / steps for name, n in misses(run["events"]["measured steps"]).items()}
+        per_step[config] = {
+            "per_step": instructions / steps, "misses_per_step": missed, "facts": run["after"],
+            "file": run["dumps"]["measured steps"][1],
+        }
+        print(f"# {config}: {instructions / steps:,.0f} instructions per step {missed or ''}", file=sys.stderr)
     components = run_callgrind("components", calls, 0, work)
     per_call = {name: components["dumps"][name][0] / n for name, n in components["calls"].items()}
     files = {name: components["dumps"][name][1] for name in components["calls"]}
@@ -404,8 +612,17 @@ def bare_step(per_call: dict[str, float]) -> float:
     return (per_call["bare step"] + per_call.get("bare step, after the session", per_call["bare step"])) / 2
 
 
-def print_tables(counts: dict[str, Any] | None, walls: dict[str, dict[str, Any]]) -> None:
+def print_tables(counts: dict[str, Any] | None, walls: dict[str, dict[str, Any]], shares: dict[str, tuple[float, float, float]] | None = None) -> None:
     bare_step_s = walls.get("bare", {}).get("step_s", 219e-6)
+    for config, wall in walls.items():
+        if config != "bare":
+            wall["bare_gc_collections_per_step"] = walls.get("bare", {}).get("gc_collections_per_step", 0.0)
+    if shares:
+        print("\n**Layers switched on and off** (training thread CPU, block with over block without; median and quartiles):\n")
+        print("| layer | share of a step's time |")
+        print("|---|---|")
+        for layer, share in shares.items():
+            print(f"| {layer} | {share[0]:+.2f}% ({share[1]:+.2f} … {share[2]:+.2f}) |")
     if counts is None:
         for config, wall in walls.items():
             if config != "bare":
@@ -416,12 +633,20 @@ def print_tables(counts: dict[str, Any] | None, walls: dict[str, dict[str, Any]]
         print("| configuration | instructions/step | vs bare | A-B-A wall | A-B-A training thread CPU | A-B-A process CPU |")
         print("|---|---|---|---|---|---|")
         whole = counts["per_step"].get("bare", {}).get("per_step") or bare
-        for config in CONFIGS:
+        for config in (*CONFIGS, ASLEEP):
             row = counts["per_step"].get(config)
-            wall = walls.get(config)
+            timed = walls.get(config)
             instr = "—" if row is None else f"{row['per_step']:,.0f}"
             vs = "—" if row is None else f"{(row['per_step'] / whole - 1) * 100:+.2f}%"
-            print(f"| {config} | {instr} | {vs} | {pct(wall, 'wall')} | {pct(wall, 'thread')} | {pct(wall, 'cpu')} |")
+            print(f"| {config} | {instr} | {vs} | {pct(timed, 'wall')} | {pct(timed, 'thread')} | {pct(timed, 'cpu')} |")
+        missed = {c: r["misses_per_step"] for c, r in counts["per_step"].items() if r.get("misses_per_step")}
+        if missed:
+            names = list(next(iter(missed.values())))
+            print("\n**Simulated misses per step** (callgrind's cache and branch simulation, training thread):\n")
+            print(f"| configuration | {' | '.join(names)} |")
+            print(f"|---|{'---|' * len(names)}")
+            for config, row in missed.items():
+                print(f"| {config} | {' | '.join(f'{row[n]:,.0f}' for n in names)} |")
         print("\n**Components** (instructions per call, callgrind):\n")
         print("| part | instructions per call |")
         print("|---|---|")
@@ -442,6 +667,33 @@ def print_tables(counts: dict[str, Any] | None, walls: dict[str, dict[str, Any]]
             print(f"| total | | | {total:,.0f} | {total / bare * 100:.2f}% |")
             if wall:
                 print(f"\nA-B-A: wall {pct(wall, 'wall')}, training thread CPU {pct(wall, 'thread')}, process CPU {pct(wall, 'cpu')}")
+            if wall and shares:
+                print_attribution(attribution_rows(counts, shares, wall, interval_s), wall, config)
+
+
+def print_attribution(rows: list[tuple[str, float | None, float | None, tuple[float, float, float] | None]], wall: dict[str, Any], config: str) -> None:
+    """The session's A-B-A difference of the training thread's CPU time, cause by cause, and what is left."""
+    whole = wall["thread"][0]
+    print(f"\n**{config}: the training thread's A-B-A difference ({whole:+.1f}%), cause by cause** (time: layers switched on and off every block of steps, median and quartiles; *time per instruction*: the time share over the instruction share):\n")
+    print("| cause | instructions/step | share of a bare step's instructions | share of its time | time per instruction vs the step's |")
+    print("|---|---|---|---|---|")
+    explained = 0.0
+    for name, instr, instr_share, time_share in rows:
+        instr_text = "—" if instr is None else f"{instr:,.0f}"
+        share_text = "—" if instr_share is None else f"{instr_share:.2f}%"
+        if time_share is None:
+            print(f"| {name} | {instr_text} | {share_text} | — | — |")
+            continue
+        explained += time_share[0]
+        spread = "" if time_share[1] == time_share[2] else f" ({time_share[1]:+.1f} … {time_share[2]:+.1f})"
+        # a ratio says something only where the layer executes instructions of its own (not a few hundred, noise)
+        ratio = "—" if instr_share is None or instr_share < 0.1 or time_share[1] == time_share[2] else f"{time_share[0] / instr_share:.1f}x"
+        print(f"| {name} | {instr_text} | {share_text} | {time_share[0]:+.2f}%{spread} | {ratio} |")
+    print(f"| not explained by the rows above | | | {whole - explained:+.2f}% | |")
+    print(f"| the whole A-B-A difference (training thread CPU) | | | {whole:+.2f}% ({wall['thread'][1]:+.1f} … {wall['thread'][2]:+.1f}) | |")
+    collections = wall["events_per_step"].get("gc_collections")
+    if collections is not None:
+        print(f"\ngc collections per step: {collections:.5f} in the session, {wall.get('bare_gc_collections_per_step', 0.0):.5f} bare")
 
 
 def pct(row: dict[str, Any] | None, key: str) -> str:
@@ -464,21 +716,40 @@ def main() -> None:
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), help="timed A-B-A")
     parser.add_argument("--callgrind-configs", nargs="*", default=list(CALLGRIND_CONFIGS))
     parser.add_argument("--annotate", action="store_true", help="print each dump's costliest functions")
+    parser.add_argument("--cache-sim", action="store_true", help="simulated cache misses and branches per step too")
+    parser.add_argument("--no-attribution", action="store_true")
+    parser.add_argument("--pairs", type=int, default=150, help="on/off pairs of blocks per layer")
+    parser.add_argument("--block-steps", type=int, default=300)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--from-json", type=Path, help="print the tables of figures written by --json, measuring nothing")
     args = parser.parse_args()
     if args.child:
         config, steps, warmup, directory = args.child
         return child(config, int(steps), int(warmup), Path(directory))
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        print_tables(saved["counts"], saved["walls"], saved.get("shares"))
+        print(f"\nload average at the end of that run: {saved.get('loadavg', '?')}")
+        return
     walls = {} if args.no_wall else aba(tuple(args.configs), args.rounds, args.wall_steps)
-    counts = None if args.no_callgrind else instruction_counts(args.callgrind_configs, args.steps, args.warmup, args.calls)
+    shares = None if args.no_attribution else attribution(LAYERS, args.pairs, args.block_steps)
+    counts = None if args.no_callgrind else instruction_counts(args.callgrind_configs, args.steps, args.warmup, args.calls, args.cache_sim)
     if args.json:
-        args.json.write_text(json.dumps({"walls": walls, "counts": counts}, indent=1))
+        args.json.write_text(json.dumps({"walls": walls, "counts": counts, "shares": shares, "loadavg": loadavg()}, indent=1))
     if args.annotate and counts is not None:
         for name, path in [*((c, r["file"]) for c, r in counts["per_step"].items()), *counts["files"].items()]:
             print(f"== {name}")
             for cost, function in top_functions(Path(path)):
                 print(f"{cost:>14,} {function}")
-    print_tables(counts, walls)
+    print_tables(counts, walls, shares)
+    print(f"\nload average at the end: {loadavg()}")
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 if __name__ == "__main__":
