@@ -125,10 +125,17 @@ def test_keyboard_interrupt_stops_the_cell_reports_and_cleans_up(kernel: Kernel)
 
 
 def test_dataloader_workers_appear_in_the_report(kernel: Kernel) -> None:
+    # each sample takes 5 ms to load, so that a worker lives for many sampling intervals: on a fast
+    # machine a worker over a tensor in memory ends its epoch before the sampler's next reading
     kernel.ok(
         "%%memwatch -q --interval 20\n"
+        "import time\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
-        "loader = DataLoader(TensorDataset(torch.randn(256, 8)), batch_size=16, num_workers=2)\n"
+        "class SlowSamples(TensorDataset):\n"
+        "    def __getitem__(self, i):\n"
+        "        time.sleep(0.005)\n"
+        "        return super().__getitem__(i)\n"
+        "loader = DataLoader(SlowSamples(torch.randn(256, 8)), batch_size=16, num_workers=2)\n"
         "model = torch.nn.Linear(8, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for epoch in range(2):\n"
         "    for (x,) in loader:\n"
