@@ -226,7 +226,7 @@ class RankSummary(_LargestFirst, _SchemaDict):
     cuda_contexts: tuple[dict[str, Any], ...] = ()
     node: int | None = None  # the launcher's node rank (torchrun's GROUP_RANK), where it has one
     via: str = "stream"
-    attempt: int | None = None  # torchrun's restart count of the run this rank belonged to
+    attempt: int | None = None  # where torchrun restarted the rank: which of its processes (0, 1, ...); else None
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
 
 
@@ -249,7 +249,6 @@ def last_of_each_rank(ranks: Sequence[A]) -> list[A]:
         if entry.rank not in last or (entry.attempt or 0) > (last[entry.rank].attempt or 0):
             last[entry.rank] = entry
     return [entry for entry in ranks if last[entry.rank] is entry]
-
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class RankLive:
     node: int | None = None  # the launcher's node rank, in a multi-node job
     via: str = "stream"  # "store": another node's rank, as its last summary in the job's store says
     stale: bool = False  # another node's rank whose summaries stopped coming, with nothing to say why
-    attempt: int | None = None  # torchrun's restart count of its run
+    attempt: int | None = None  # where torchrun restarted the rank: which of its processes
 
 
 def _peak_bytes(feed: RankFeed) -> float:
