@@ -18,38 +18,35 @@ import torch
 from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported from torch._C at run time
 
 from torchmem_magic.agent.publish import StorePublishing
+from torchmem_magic.live_view import LiveView
 from torchmem_magic.options import SessionOptions
 from torchmem_magic.ranks.job import JobStore
+from torchmem_magic.results import Report
 from torchmem_magic.session import MemwatchSession
 
 
-class _Publishing:
-    """The session's listener, as the rank agent drives it."""
+class Publishing:
+    """The session's listener, as the rank agent drives it: each tick may publish."""
 
     tick_period_s = 0.25
     tick_cpu_share: float | None = None  # every tick_period_s, as the rank agent's listener
 
     def __init__(self, publishing: StorePublishing) -> None:
         self.publishing = publishing
-        self.sizes: list[int] = []
 
-    def on_tick(self, view) -> None:  # type: ignore[no-untyped-def]
+    def on_tick(self, view: LiveView) -> None:
         self.publishing.on_tick(view)
 
-    def on_finish(self, view, report) -> None:  # type: ignore[no-untyped-def]
+    def on_finish(self, view: LiveView, report: Report) -> None:
         pass
 
 
-def main(seconds: float) -> None:
-    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    job = JobStore("127.0.0.1", server.port, "bench", 0, 2, 1, 0)
-    publishing = StorePublishing(job, rank=0, local_rank=0)
-    listener = _Publishing(publishing)
+def train_leaking(session: MemwatchSession, seconds: float, kept: dict[str, list[torch.Tensor]],
+                  sleep_s: float = 0.0) -> float:
+    """A small MLP trained under `session` for `seconds`, each step's output and loss kept in `kept`
+    (the leaking pattern a rank's summary then describes); the seconds it ran."""
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    kept = []
-    session = MemwatchSession(SessionOptions(100, watch_ranks=False), listener=listener)
-    publishing.start()
     started = time.perf_counter()
     with session:
         while time.perf_counter() - started < seconds:
@@ -58,9 +55,20 @@ def main(seconds: float) -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            kept.append(out)
-            time.sleep(0.002)
-    wall_s = time.perf_counter() - started
+            kept.setdefault("outputs", []).append(out)
+            kept.setdefault("losses", []).append(loss)
+            if sleep_s:
+                time.sleep(sleep_s)
+    return time.perf_counter() - started
+
+
+def main(seconds: float) -> None:
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    job = JobStore("127.0.0.1", server.port, "bench", 0, 2, 1, 0)
+    publishing = StorePublishing(job, rank=0, local_rank=0)
+    session = MemwatchSession(SessionOptions(100, watch_ranks=False), listener=Publishing(publishing))
+    publishing.start()
+    wall_s = train_leaking(session, seconds, {}, sleep_s=0.002)
     publishing.finish(session.report)
     written = publishing.publisher.written
     size = len(server.get(job.summary_key(0)))

@@ -69,14 +69,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from store_publish import Publishing, train_leaking  # noqa: E402
 from torchmem_magic.agent.publish import StorePublishing  # noqa: E402
-from torchmem_magic.live_view import LiveView  # noqa: E402
 from torchmem_magic.model import RankSummary  # noqa: E402
 from torchmem_magic.ranks.job import JobStore, decode_summary, encode_summary  # noqa: E402
 from torchmem_magic.ranks.remote import RemoteRanks  # noqa: E402
 from torchmem_magic.ranks.store_client import StoreClient  # noqa: E402
-from torchmem_magic.results import Report  # noqa: E402
 
 RANKS_PER_NODE = 8
 WORLD_SIZES = (8, 64, 256, 1024)
@@ -97,22 +97,6 @@ def job_of_size(port: int, world_size: int) -> JobStore:
 # ----------------------------------------------------------------------------- one rank's summary
 
 
-class _Publishing:
-    """The session's listener, as the rank agent drives it: each tick may publish."""
-
-    tick_period_s = 0.25
-    tick_cpu_share: float | None = None
-
-    def __init__(self, publishing: StorePublishing) -> None:
-        self.publishing = publishing
-
-    def on_tick(self, view: LiveView) -> None:
-        self.publishing.on_tick(view)
-
-    def on_finish(self, view: LiveView, report: Report) -> None:
-        pass
-
-
 def representative_summary(seconds: float = 6.0) -> bytes:
     """A rolling summary as a leaking rank writes it: a real session (leak finder on) over an MLP
     whose outputs and losses are kept with their graphs, publishing into a store served here."""
@@ -124,22 +108,11 @@ def representative_summary(seconds: float = 6.0) -> bytes:
     server = TCPStore(HOST, 0, is_master=True, wait_for_workers=False)
     job = JobStore(HOST, server.port, JOB_ID, 0, 2 * RANKS_PER_NODE, RANKS_PER_NODE, 0)
     publishing = StorePublishing(job, rank=0, local_rank=0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    held: dict[str, list[torch.Tensor]] = {"outputs": [], "losses": []}
+    held: dict[str, list[torch.Tensor]] = {"outputs": [], "losses": []}  # the names its leak finder sees
     session = watch_from(held, quiet=True, interval_ms=100)
-    session.listener = _Publishing(publishing)
+    session.listener = Publishing(publishing)
     publishing.start()
-    started = time.perf_counter()
-    with session:
-        while time.perf_counter() - started < seconds:
-            out = model(torch.randn(64, 256))
-            loss = out.pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            held["outputs"].append(out)
-            held["losses"].append(loss)
+    train_leaking(session, seconds, held)
     value = bytes(server.get(job.summary_key(0)))
     publishing.finish(None)
     return value
