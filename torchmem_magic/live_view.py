@@ -233,8 +233,8 @@ class LiveView:
             return None
         return live[0] - started_s, short_verdict(live[1])
 
-    def live_status(self) -> LiveStatus:
-        """A snapshot for the live status line."""
+    def live_status(self, ranks: tuple[RankLive, ...] | None = None) -> LiveStatus:
+        """A snapshot for the live status line (`ranks`: `live_ranks()`, where the caller has it already)."""
         loader = self.training_loader()
         status = live_status(
             self.timeline, self.steps, self.elapsed_s, self._probes.tree.workers, self.live_verdict(loader),
@@ -242,7 +242,7 @@ class LiveView:
         )
         if self._guard is not None:
             status = dataclasses.replace(status, guard=self._guard.status_text(self.clock))
-        ranks = self.live_ranks()
+        ranks = self.live_ranks() if ranks is None else ranks
         if not ranks:
             return status
         from .ranks.live import worst_line

@@ -251,6 +251,12 @@ def last_of_each_rank(ranks: Sequence[A]) -> list[A]:
     return [entry for entry in ranks if last[entry.rank] is entry]
 
 
+def earlier_processes(ranks: Sequence[A]) -> set[int]:
+    """`id()` of each entry that is a restarted rank's earlier process (what a table labels)."""
+    last = {id(entry) for entry in last_of_each_rank(ranks)}
+    return {id(entry) for entry in ranks if id(entry) not in last}
+
+
 @dataclass(frozen=True)
 class TensorFinding(_SchemaDict):
     """One tensor reachable from what was checked (an entry of a memcheck's `findings`)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from .model import LiveStatus
 from .merge import max_attempt
-from .model import last_of_each_rank
+from .model import earlier_processes
 from .ranks.live import RankLive, worst_first
 from .units import format_bytes, format_duration, rate_unit
 
@@ -75,8 +75,8 @@ def status_lines(status: LiveStatus, ranks: Sequence[RankLive], rank_lines: int 
     restarts = max_attempt(ranks)
     if restarts:
         heading += f" · restarted {restarts}×"  # torchrun started ranks again
-    last = last_of_each_rank(ordered)
-    lines = [heading, *("  " + rank_line(r, all(r is not e for e in last)) for r in ordered[:rank_lines])]
+    earlier = earlier_processes(ordered)
+    lines = [heading, *("  " + rank_line(r, id(r) in earlier) for r in ordered[:rank_lines])]
     rest = ordered[rank_lines:]
     if rest:
         clean = sum(1 for r in rest if r.verdict == "clean" and r.died is None and not r.stale)
@@ -95,18 +95,19 @@ class TerminalStatus:
         self.tick_period_s = period_s if period_s is not None else (TERMINAL_PERIOD_S if self._terminal else PLAIN_PERIOD_S)
         self._reserved = 0  # rows kept at the bottom of the terminal
         self._screen_rows = 0
-        self.drawn = 0  # blocks written so far
 
     def on_tick(self, view: LiveView) -> None:
         ranks = view.live_ranks()
         if not ranks and not self._terminal:
             return  # a log gets no lines before there is something to say
-        lines = status_lines(view.live_status(), ranks)
+        lines = status_lines(view.live_status(ranks), ranks)
         try:
-            self._draw(lines) if self._terminal else self._print(lines)
+            if self._terminal:
+                self._draw(lines)
+            else:
+                self._print(lines)
         except (OSError, ValueError):  # the terminal went away: the status is not worth failing the watch
             self._terminal, self.tick_period_s = False, float("inf")
-        self.drawn += 1
 
     def on_finish(self, view: LiveView, report: Report) -> None:
         """Give the rows back (the report follows in the ordinary scrolling screen)."""

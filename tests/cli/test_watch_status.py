@@ -74,7 +74,7 @@ def test_a_status_without_a_terminal_waits_for_a_rank_and_prints_plain_lines() -
         def live_ranks(self) -> tuple[RankLive, ...]:
             return self.ranks
 
-        def live_status(self) -> LiveStatus:
+        def live_status(self, ranks: object = None) -> LiveStatus:
             return _status()
 
     class Log:

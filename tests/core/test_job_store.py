@@ -83,6 +83,7 @@ def test_a_silent_rank_is_stale_killed_when_its_node_said_so_and_its_own_once_it
     restarted = Published(replace(running.summary, pid=2001), 0, 0.0, final=False)  # rank 1's next process
     assert remote_status(restarted, 0.5, False, deaths) == ("running", None)  # the death was its predecessor's
     assert remote_status(running, 0.5, False, {}, replaced=True) == ("killed", None)
+    assert remote_status(running, 0.5, True, {}, job_failed=True) == ("killed", None)  # stopped with the job
     final = Published(replace(_rank(1, "leak", 65_536.0), status="ok"), 9, 0.0, final=True)
     assert remote_status(final, 100.0, True, deaths) == ("ok", None)
 

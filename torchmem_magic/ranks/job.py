@@ -167,13 +167,14 @@ def decode_deaths(data: bytes) -> dict[tuple[int, int], str | None]:
 
 def remote_status(
     published: Published, silent_s: float, store_lost: bool, deaths: Mapping[tuple[int, int], str | None],
-    replaced: bool = False,
+    replaced: bool = False, job_failed: bool = False,
 ) -> tuple[str, str | None]:
     """(status, how it ended) of another node's rank as this watcher knows it: its run's own status
     once it wrote its final summary; "killed" when its node's watcher reported its death, or when a
-    restart's new process took over its key (`replaced`) before it finished; "stale" when its summaries
-    stopped arriving (its key unchanged for STALE_AFTER_S, or the store itself gone before it
-    finished) with nothing to say why; else "running"."""
+    restart's new process took over its key (`replaced`); "stale" when its summaries stopped arriving
+    (its key unchanged for STALE_AFTER_S, or the store itself gone before it finished) with nothing
+    to say why, but "killed" once the job is over and failed (`job_failed`: it was stopped with it);
+    else "running"."""
     summary = published.summary
     if published.final:
         return summary.status, summary.ended
@@ -182,5 +183,5 @@ def remote_status(
     if replaced:
         return "killed", None
     if store_lost or silent_s > STALE_AFTER_S:
-        return "stale", None
+        return ("killed" if job_failed else "stale"), None
     return "running", None

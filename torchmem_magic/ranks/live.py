@@ -173,5 +173,6 @@ class LiveRanks:
             self.judged += 1
             cache[feed.pid] = (now, judge_rank(feed, numbers[feed.pid]))
         attempts = attempt_numbers(feeds, numbers)  # a restart's processes of one rank: 0, 1, ...
-        judged = (replace(cache[f.pid][1], attempt=attempts[f.pid]) for f in feeds)
+        judged = (cache[f.pid][1] if attempts[f.pid] is None else replace(cache[f.pid][1], attempt=attempts[f.pid])
+                  for f in feeds)
         return tuple(sorted(judged, key=lambda r: (r.rank, r.attempt or 0)))

@@ -186,9 +186,8 @@ class RemoteRanks:
                     status, ended = remote_status(old, now_s - changed_s, self.lost, self._deaths, replaced=True)
                     out.append(replace(old.summary, status=status, ended=ended, last_seen_s=changed_s, attempt=attempt))
                 changed_s = self._changed_s.get(rank, now_s)
-                status, ended = remote_status(published, now_s - changed_s, self.lost, self._deaths)
-                if status == "stale" and job_failed:
-                    status = "killed"
+                status, ended = remote_status(published, now_s - changed_s, self.lost, self._deaths,
+                                              job_failed=job_failed)
                 out.append(replace(published.summary, status=status, ended=ended, last_seen_s=changed_s,
                                    attempt=len(earlier) if earlier else None))
             return tuple(out)

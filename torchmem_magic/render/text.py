@@ -24,7 +24,7 @@ from ..model import (
     Suspect,
     TensorFinding,
     VramSummary,
-    last_of_each_rank,
+    earlier_processes,
 )
 from ..resources import HEAP, RAM, SHM, VRAM, WORKER_COUNT, by_key
 from ..units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
@@ -212,8 +212,8 @@ def ranks_text(ranks: tuple[RankSummary, ...] | None) -> list[str]:
     """The per-rank table of a multi-process run."""
     if not ranks:
         return []
-    last = last_of_each_rank(ranks)  # the others are a restarted rank's earlier processes, labelled
-    rows = [RANK_HEADER, *(_rank_cells(r, all(r is not e for e in last)) for r in ranks)]
+    earlier = earlier_processes(ranks)  # a restarted rank's processes before its last, labelled
+    rows = [RANK_HEADER, *(_rank_cells(r, id(r) in earlier) for r in ranks)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(RANK_HEADER))]
     lines = ["  ranks:"]
     for row in rows:
@@ -225,8 +225,8 @@ def ranks_text(ranks: tuple[RankSummary, ...] | None) -> list[str]:
 def ranks_html(ranks: tuple[RankSummary, ...] | None) -> str:
     if not ranks:
         return ""
-    last = last_of_each_rank(ranks)
-    rows = [[html.escape(c) for c in _rank_cells(r, all(r is not e for e in last))] for r in ranks]
+    earlier = earlier_processes(ranks)
+    rows = [[html.escape(c) for c in _rank_cells(r, id(r) in earlier)] for r in ranks]
     return "<div class='torchmem-ranks'><b>Ranks</b>" + _table(RANK_HEADER, rows) + "</div>"
 
 
