@@ -12,7 +12,7 @@
 #               benchmarks and rewrite their tables in the docs pages (docs/benchmarks.md, docs/verdicts.md,
 #               docs/leak-finder.md)
 #   make bench-check  set up (no peers needed: the kernel client and ipykernel come with the test group), then
-#               run a quick version of the benchmarks (~10 minutes) and fail when a figure passes its goal or
+#               run a quick version of the benchmarks (~3 minutes on a quiet machine) and fail when a figure passes its goal or
 #               regresses past its stored baseline (bench/goals.json; docs/benchmarks.md, "Checking for
 #               regressions"); not part of `make test`: too long for CI
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
