@@ -56,8 +56,15 @@ class HolderTracker:
         sequence_floor: the autograd sequence number when the run began (see `mid_run_budget`).
         budget_share: most of the run's wall time the scans may take, beyond a one-off `start_allowance_s`
             that lets the first scans come quickly (a holder is named within a few dozen steps).
+        start_allowance_s: the one-off, in the training thread's CPU time: on a busy machine a scan's
+            wall time stretches with the other processes' share of the core, and an allowance in wall
+            time would then buy fewer of the first scans than a quiet machine gives (too few to judge a
+            short loop's holder). The share above is wall time over wall time, which the load stretches
+            alike.
         min_gap_s: least time between two scans.
         clock: seconds (injectable for tests).
+        cpu_clock: the training thread's CPU seconds (the scans run there); by default `clock` where one
+            is injected, else the thread's CPU clock.
     """
 
     def __init__(
@@ -71,15 +78,16 @@ class HolderTracker:
         start_allowance_s: float = 0.03,
         min_gap_s: float = 0.02,
         clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] | None = None,
     ) -> None:
         self._roots = roots
         self._budget = mid_run_budget(sequence_floor)
         self._baseline = dict(baseline or {})
         self._cheap = set(cheap or ())
         self._budget_share = budget_share
-        self._start_allowance_s = start_allowance_s
         self._min_gap_s = min_gap_s
         self._clock = clock
+        self._cpu_clock = cpu_clock or (time.thread_time if clock is time.perf_counter else clock)
         self._plain_lists = PlainListMemo()  # the records a scan checked are not checked again at the next
         self._lock = threading.Lock()  # series are written here and read by the live figure's thread
         self._series: dict[str, list[tuple[int, int]]] = {}
@@ -93,6 +101,8 @@ class HolderTracker:
         self._paced_from = 0  # the scan count when the current step clock began
         self.scans = 0
         self.spent_s = 0.0
+        self._allowance_left_cpu_s = start_allowance_s
+        self._charged_s = 0.0  # the scans' wall time beyond what the allowance covered
         self._full_cost_s = min(full_scan_cost_s, MID_RUN_BUDGET.time_s)  # what the last scan of everything cost
 
     def due(self, step: int | None = None) -> bool:
@@ -116,10 +126,10 @@ class HolderTracker:
         Most scans look only at the holders already tracked and the names new in the cell (cheap);
         every FULL_SCAN_EVERY-th looks at everything, when the budget has room for what the last
         full scan cost (a long session's namespace can take the whole 50 ms)."""
-        started = self._clock()
+        started, cpu_started = self._clock(), self._cpu_clock()
         loop_started_s = started if self._started_s is None else self._started_s
-        allowed_s = self._start_allowance_s + self._budget_share * (started - loop_started_s)
-        full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self.spent_s + self._full_cost_s <= allowed_s
+        allowed_s = self._allowance_left_cpu_s + self._budget_share * (started - loop_started_s)
+        full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self._charged_s + self._full_cost_s <= allowed_s
         try:
             roots = self._roots()
             if not full:
@@ -136,14 +146,17 @@ class HolderTracker:
                 self._object_ids.update((r.name, id(r.obj)) for r in roots if r.name in self._series)
         del roots
         self.scans += 1
-        now = self._clock()
-        self.spent_s += now - started
+        now, cpu_s = self._clock(), self._cpu_clock() - cpu_started
+        wall_s = now - started
+        self.spent_s += wall_s
         if full:
-            self._full_cost_s = now - started
-        over_allowance_s = max(0.0, self.spent_s - self._start_allowance_s)
+            self._full_cost_s = wall_s
+        covered = 1.0 if cpu_s <= self._allowance_left_cpu_s else self._allowance_left_cpu_s / cpu_s
+        self._allowance_left_cpu_s = max(0.0, self._allowance_left_cpu_s - cpu_s)
+        self._charged_s += wall_s * (1.0 - covered)
         # the scans so far stay within budget_share of the run when the next one waits until then
         gap_s = max(self._min_gap_s, GAP_SHARE_OF_RUN * (now - loop_started_s))
-        self._budget_ready_s = loop_started_s + over_allowance_s / self._budget_share
+        self._budget_ready_s = loop_started_s + self._charged_s / self._budget_share
         self._next_scan_s = max(now + gap_s, self._budget_ready_s)
         self._next_scan_step = 2 * max(step, 1)
 

@@ -232,3 +232,33 @@ def test_step_paced_scans_wait_for_the_budget() -> None:
             scanned_at.append(step)
             tracker.scan(step)
     assert scanned_at == [1], scanned_at
+
+
+def test_a_busy_machine_gets_as_many_first_scans_as_a_quiet_one() -> None:
+    """Other processes on the core stretch a scan's wall time and the loop's steps alike, not the scan's CPU
+    time: the one-off allowance is CPU time, so a short loop on a busy machine is scanned as often as on a
+    quiet one (a holder whose trend needs four scans is judged there too)."""
+
+    def scans_made(load: float) -> list[int]:
+        wall, cpu = FakeClock(), FakeClock()
+        kept: list[torch.Tensor] = []
+
+        def roots() -> list[Root]:
+            cpu.now += 0.008  # an 8 ms scan ...
+            wall.now += 0.008 * load  # ... that the other processes' share of the core stretches
+            return [Root("kept", "user", "kept", kept)]
+
+        tracker = HolderTracker(roots, {"kept": 0}, {"kept"}, clock=wall, cpu_clock=cpu)
+        scanned_at = []
+        for step in range(1, 61):  # a short loop of 50 ms steps, stretched alike
+            kept.append(torch.ones(1024))
+            wall.now += 0.05 * load
+            cpu.now += 0.05
+            if tracker.due(step):
+                scanned_at.append(step)
+                tracker.scan(step)
+        return scanned_at
+
+    quiet, busy = scans_made(1.0), scans_made(3.0)
+    assert len(quiet) >= 4, quiet
+    assert busy == quiet
