@@ -19,6 +19,9 @@
 #   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
 #               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
 #               not part of `make test`
+#   make stress  slow (about an hour and a half here): beside a CPU burner, run the timing-sensitive tests
+#               (STRESS_TESTS) 10 times in a row and then `make test` 3 times in a row; fails on any failure
+#               (tools/stress); not part of `make test`
 #   make device-check  on a machine with a CUDA GPU: check what only a real device shows (tools/device_check),
 #               with the machine's own python3 and torch (no venv: a CUDA torch is what it needs); writes
 #               device_check.json and device_check.txt (see docs/layout.md, "GPU check")
@@ -51,7 +54,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench bench-check stress-holders device-check clean
+.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench bench-check stress-holders stress device-check clean
 
 setup: $(STAMP)
 
@@ -133,6 +136,15 @@ bench-check: setup
 
 stress-holders: setup
 	PYTHON=$(BIN)/python tools/no_flips 3 tests/kernel/test_framework_loops.py
+
+# the tests a busy machine could move: the browser, kernel timing, DataLoader workers and their deaths, the guard,
+# live ranks, holder scans, scan budgets, the terminal status
+STRESS_TESTS ?= tests/browser tests/kernel/test_dataloader.py tests/kernel/test_verdicts.py \
+	tests/kernel/test_framework_loops.py tests/kernel/test_guard_kernel.py tests/kernel/test_ranks_live.py \
+	tests/kernel/test_widget_models.py tests/unit/test_scan.py tests/cli/test_watch_status.py
+
+stress: setup floors core browser-deps
+	PYTHON=$(BIN)/python STRESS_TESTS="$(STRESS_TESTS)" MAKE="$(MAKE)" tools/stress 1 10 3
 
 device-check:
 	$(PYTHON) tools/device_check --out device_check.json
