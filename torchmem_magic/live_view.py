@@ -35,14 +35,16 @@ LIVE_SECONDS_GRACE_S = 10.0
 
 
 class Listener(Protocol):
-    """Receives live updates. `on_tick` runs on the sampler thread only (one writer);
-    `on_finish` runs on the caller's thread after the sampler has stopped. A listener may also set
-    `tick_max_period_s`: it is called at least that often, whatever its calls cost."""
+    """Receives live updates. `on_tick` runs on the sampler thread only (one writer); it may return
+    the CPU seconds that work it handed to another thread cost there since its last call (counted
+    against `tick_cpu_share` as its own). `on_finish` runs on the caller's thread after the sampler has
+    stopped. A listener may also set `tick_max_period_s`: it is called at least that often, whatever its
+    calls cost."""
 
     tick_period_s: float
     tick_cpu_share: float | None  # None: every tick_period_s; else as rarely as keeps on_tick under this share
 
-    def on_tick(self, view: LiveView) -> None: ...
+    def on_tick(self, view: LiveView) -> float | None: ...
 
     def on_finish(self, view: LiveView, report: Report) -> None: ...
 
@@ -58,12 +60,14 @@ class FanOut:
         self._next_s = [0.0] * len(listeners)
         self.tick_period_s = min(listener.tick_period_s for listener in listeners)
 
-    def on_tick(self, view: LiveView) -> None:
+    def on_tick(self, view: LiveView) -> float | None:
         now_s = self._clock()
+        elsewhere_s = 0.0
         for i, listener in enumerate(self._listeners):
             if now_s >= self._next_s[i]:
                 self._next_s[i] = now_s + listener.tick_period_s
-                listener.on_tick(view)
+                elsewhere_s += listener.on_tick(view) or 0.0
+        return elsewhere_s
 
     def on_finish(self, view: LiveView, report: Report) -> None:
         for listener in self._listeners:

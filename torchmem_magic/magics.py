@@ -8,6 +8,7 @@ expression, exec, eval) with its source registered under the cell's own name, so
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from typing import Any
 
@@ -21,6 +22,7 @@ from .check import check_roots
 from .flight.recorder import FlightRecorder
 from .forensics import parse_worker_death
 from .leak_finder import LeakSearch
+from .live_route import LiveRoute, route_for_kernel
 from .notebook import notebook_roots, recent_sources
 from .options import DEFAULT_INTERVAL_MS, SessionOptions
 from .render.static import figure_img_html
@@ -44,6 +46,14 @@ def widgets_available(shell: Any) -> bool:
         )
         return False
     return True
+
+
+def _live_route(shell: Any) -> LiveRoute:
+    """Which thread sends the live figure's updates in this kernel (see `live_route`)."""
+    try:
+        return route_for_kernel(getattr(shell, "kernel", None), sys.modules, os.environ)
+    except ValueError as exc:
+        raise UsageError(f"%%memwatch: {exc}") from None
 
 
 def shell_has_kernel() -> bool:
@@ -131,6 +141,7 @@ class MemwatchMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
         plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
+        route = _live_route(self.shell) if plot else None
         if active_session() is not None:
             raise UsageError("%%memwatch: another memwatch session is running; nested runs are not supported")
         try:
@@ -143,10 +154,12 @@ class MemwatchMagics(Magics):
                 ) from None
             raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
         try:
-            if plot:  # widgets only once the flags and the body are known to be good
+            if route is not None:  # widgets only once the flags and the body are known to be good
                 from .widgets.live import LiveFigure
+                from .widgets.update_route import RoutedUpdates
 
-                figure = session.listener = LiveFigure(session.requests)  # its buttons' clicks go to the run
+                figure = LiveFigure(session.requests)  # its buttons' clicks go to the run
+                session.listener = RoutedUpdates(figure, session.requests, route)
                 display(figure.widget_bundle(), raw=True)
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)

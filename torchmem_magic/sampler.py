@@ -20,7 +20,9 @@ class Sampler:
     one writer thread only); with `on_tick_share`, less often when it costs more than that share of
     the time between two calls (a live figure's redraw and verdict cost milliseconds: its rate adapts
     so that it never weighs on the training loop), but at least every `tick_max_period_s` when given (a
-    figure that stops moving looks like a hung kernel). Ticks do not wait for a reading: at a long
+    figure that stops moving looks like a hung kernel). `on_tick` may return the CPU seconds that work it
+    handed to another thread cost there since its last call (a redraw it asked the training thread for):
+    that counts as the tick's cost, so the same share bounds it. Ticks do not wait for a reading: at a long
     interval the figure still moves (the status line's clock and steps). Sleeping to fixed deadlines
     holds the rate where `sleep(interval)` would drift; readings missed under load are skipped and
     counted, not bunched up. `clock` and `cpu_clock` (this thread's CPU time) are injectable, and
@@ -32,7 +34,7 @@ class Sampler:
         read_row: Callable[[], Row],
         series: DecimatingSeries,
         interval_s: float,
-        on_tick: Callable[[], None] | None = None,
+        on_tick: Callable[[], float | None] | None = None,
         tick_period_s: float = 0.5,
         on_tick_share: float | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -104,12 +106,13 @@ class Sampler:
     def _tick(self) -> None:
         assert self._on_tick is not None
         cpu_before_s = self._cpu_clock()
+        elsewhere_s = None
         try:
-            self._on_tick()
+            elsewhere_s = self._on_tick()
         except Exception as exc:
             self.errors.record(exc)
         self.ticks += 1
-        cost_s = self._cpu_clock() - cpu_before_s
+        cost_s = self._cpu_clock() - cpu_before_s + (elsewhere_s or 0.0)
         smoothed = self._on_tick_cpu_s
         self._on_tick_cpu_s = smoothed = cost_s if smoothed is None else 0.8 * smoothed + 0.2 * cost_s
         self._next_tick_s = self._clock() + self.tick_period_s(smoothed)

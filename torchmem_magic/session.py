@@ -212,9 +212,10 @@ class MemwatchSession:
                     self.requests.raise_at_step(stop)
         return row
 
-    def _on_sampler_tick(self) -> None:
+    def _on_sampler_tick(self) -> float | None:
         if self.listener is not None and self.view is not None:
-            self.listener.on_tick(self.view)
+            return self.listener.on_tick(self.view)
+        return None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemwatchSession:

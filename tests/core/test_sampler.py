@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from torchmem_magic.sampler import Sampler
 from torchmem_magic.timeline import DecimatingSeries
 
@@ -53,3 +55,22 @@ def test_a_costly_listener_at_a_long_interval_still_ticks_every_max_period() -> 
     assert sampler.samples == 6  # at 0, 10, ..., 50 s: the readings keep their interval
     assert len(ticks) >= 29 and max(gaps) <= 2.0 + 1e-9, gaps
     assert sampler.tick_period_s(0.05) == 2.0 and sampler.tick_period_s(0.0) == 0.25
+
+
+def test_what_a_tick_hands_to_another_thread_counts_against_its_share() -> None:
+    # fake clocks: each tick costs the sampler thread nothing but reports 4 ms spent on the training thread
+    # (a redraw it asked for there); at a 0.4% share that spaces the ticks a second apart, as 4 ms of its own do
+    now = [0.0]
+    ticks: list[float] = []
+
+    def on_tick() -> float:
+        ticks.append(now[0])
+        return 0.004
+
+    sampler = Sampler(lambda: {"t_s": now[0]}, DecimatingSeries(1000), 0.1, on_tick=on_tick, tick_period_s=0.25,
+                      on_tick_share=0.004, clock=lambda: now[0], tick_max_period_s=2.0, cpu_clock=lambda: 0.0)
+    sampler.begin()
+    while now[0] < 30.0:
+        now[0] += sampler.run_once()
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert gaps[-1] == pytest.approx(1.0) and len(ticks) <= 32, gaps

@@ -3,8 +3,9 @@
 Each strip (`curve_strip.CurveStrip`) has a y axis fitted to its own curves, all on one x scale:
 RAM in hundreds of MiB would flatten a heap leak of a few MiB drawn on the same axis (the static
 figure's strips avoid it the same way). Created and displayed once on the main thread; afterwards
-only the sampler thread writes to it (throttled by the session to `tick_period_s`), each update batched with `hold_sync()` into one
-message per widget. After the session stopped, the main thread draws the final state. Every series
+one thread at a time writes to it (the sampler thread, or the training thread at a step boundary where
+that is the thread whose messages reach the page: `update_route`), throttled to `tick_period_s`, each
+update batched with `hold_sync()` into one message per widget. After the session stopped, the main thread draws the final state. Every series
 is at most the timeline's capacity (2,000 points), so an update's payload stays bounded.
 """
 
@@ -125,6 +126,23 @@ def _strip_groups(visible: Sequence[tuple[str, str, str]]) -> dict[str, list[tup
     for curve in visible:
         groups.setdefault(STRIP_OF.get(curve[0], curve[0]), []).append(curve)
     return {column: sorted(curves, key=lambda c: c[0] != column) for column, curves in groups.items()}
+
+
+def _models_under(root: ipywidgets.Widget) -> list[ipywidgets.Widget]:
+    """`root` and every model its synced traits reach (children, marks, axes, scales, layouts, styles),
+    each once."""
+    found: dict[int, ipywidgets.Widget] = {}
+    pending = [root]
+    while pending:
+        model = pending.pop()
+        if id(model) in found:
+            continue
+        found[id(model)] = model
+        for key in model.keys:
+            value = getattr(model, key, None)
+            items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
+            pending.extend(item for item in items if isinstance(item, ipywidgets.Widget))
+    return list(found.values())
 
 
 class LiveFigure:
@@ -255,6 +273,13 @@ class LiveFigure:
         self._view = view
         self._draw(view, final=True, report=report)
         self.controls.finish(report)
+
+    def resend(self) -> None:
+        """Send every model under the figure in full, as it is now (for a front end that may have
+        dropped earlier updates: ipywidgets sends a trait again only when it changes)."""
+        with self._lock:
+            for model in _models_under(self.widget):
+                model.send_state()
 
     def _on_toggle(self, change: Any) -> None:
         view = self._view
