@@ -3,7 +3,8 @@
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
 #   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls);
 #               the kernel tests marked `floors` run again in a kernel of the floors venv, and the tests of what
-#               leans on the widget libraries, psutil and torch internals run inside it (see floors)
+#               leans on the widget libraries, psutil and torch internals run inside it (see floors); those
+#               marked `ipykernel70` run again in a kernel of ipykernel 7.0.0 (see ipykernel70)
 #   make docs   set up, then build the documentation (docs/, mkdocs.yml) offline into site/; strict: a broken
 #               link or anchor fails it
 #   make notebooks  set up, then write every teaching notebook notebooks/NN_*.ipynb from its source, the
@@ -42,6 +43,12 @@ FLOORS_STAMP := $(FLOORS)/.installed
 # ranks watched from the command line (torch.distributed.elastic's launcher)
 FLOORS_TESTS ?= tests/unit/test_hooks.py tests/unit/test_missing_internals.py tests/unit/test_live.py \
 	tests/unit/test_live_ranks.py tests/unit/test_probes.py tests/cli/test_watch_ranks.py
+# ipykernel 7.0.0 (its threads' messages look their parent up in the sending thread's context; 7.1 changed that)
+# with the newest of everything else, the main venv's torch and this checkout (editable): the kernel tests marked
+# `ipykernel70` (the live figure's updates, which thread sends them, and that they reach the client mid-run) run
+# again in a kernel of it, from the main venv's pytest (about a minute to build with pip's cache warm)
+IPYKERNEL70 ?= .venv-ipykernel70
+IPYKERNEL70_STAMP := $(IPYKERNEL70)/.installed
 # The pure core (tests/core) on every supported Python: a venv per interpreter with pytest only and the package
 # installed from this checkout without its dependencies (no torch, IPython, psutil, numpy, widgets), the tests run
 # from outside the checkout against that installed copy. This project's 3.11 is the main venv.
@@ -54,7 +61,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench bench-check stress-holders stress device-check clean
+.PHONY: setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check stress-holders stress device-check clean
 
 setup: $(STAMP)
 
@@ -74,6 +81,16 @@ $(FLOORS_STAMP): pyproject.toml constraints/minimum.txt
 	$(FLOORS)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints/minimum.txt \
 		"$(FLOORS_TORCH_SPEC)" -e . ipykernel "pytest>=8"
 	$(FLOORS)/bin/python -m pip check
+	touch $@
+
+ipykernel70: $(IPYKERNEL70_STAMP)
+
+$(IPYKERNEL70_STAMP): pyproject.toml
+	rm -rf $(IPYKERNEL70)
+	$(PYTHON) -m venv $(IPYKERNEL70)
+	$(IPYKERNEL70)/bin/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)" -e . \
+		ipykernel==7.0.0 "pytest>=8"
+	$(IPYKERNEL70)/bin/python -m pip check
 	touch $@
 
 core: $(foreach v,$(CORE_VENVS),$(v)/.package)
@@ -104,7 +121,7 @@ notebooks: setup
 browser-deps:
 	tools/ensure_chromium.sh
 
-test: setup floors core browser-deps
+test: setup floors ipykernel70 core browser-deps
 	$(BIN)/python -m mypy
 	TORCHMEM_REQUIRE_FLOORS=1 $(BIN)/python -m pytest
 	$(FLOORS)/bin/python -m pytest -p no:cacheprovider $(FLOORS_TESTS)
@@ -150,4 +167,4 @@ device-check:
 	$(PYTHON) tools/device_check --out device_check.json
 
 clean:
-	rm -rf $(VENV) $(FLOORS) $(CORE_VENVS) .pytest_cache site
+	rm -rf $(VENV) $(FLOORS) $(IPYKERNEL70) $(CORE_VENVS) .pytest_cache site

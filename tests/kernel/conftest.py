@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_client import FLAVOURS, FLOORS, REPO, SETUP, Kernel, pinned_floors
+from kernel_client import FLAVOURS, IPYKERNEL70_VERSION, REPO, SETUP, VENVS, Kernel, pinned_floors
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -14,12 +14,21 @@ def pytest_configure(config: pytest.Config) -> None:
         "floors: run in a kernel of the newest stack and again in one of the floors venv (oldest supported "
         "IPython, ipykernel 6, widgets; the newer torch)",
     )
+    config.addinivalue_line(
+        "markers",
+        "ipykernel70: run in a kernel of the newest stack and again in one of ipykernel 7.0.0 (the "
+        ".venv-ipykernel70 venv: what sends the live figure's updates there)",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests marked `floors` run once per kernel flavour; the rest in the newest stack only."""
-    if "kernel_flavour" in metafunc.fixturenames and metafunc.definition.get_closest_marker("floors"):
-        metafunc.parametrize("kernel_flavour", FLAVOURS, scope="module")
+    """Tests marked `floors` run in the newest stack and the floors venv, those marked `ipykernel70` in the
+    newest stack and ipykernel 7.0.0's venv (both marks: all three); the rest in the newest stack only."""
+    if "kernel_flavour" not in metafunc.fixturenames:
+        return
+    marked = [name for name in ("floors", "ipykernel70") if metafunc.definition.get_closest_marker(name)]
+    if marked:
+        metafunc.parametrize("kernel_flavour", [*FLAVOURS[:1], *marked], scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +37,9 @@ def kernel_flavour() -> str:
 
 
 def start_kernel(flavour: str) -> Kernel:
-    if flavour == "floors" and not (FLOORS / ".installed").is_file():
-        message = f"no floors venv in {FLOORS} (`make test` installs it)"
+    venv = VENVS.get(flavour)
+    if venv is not None and not (venv / ".installed").is_file():
+        message = f"no {flavour} venv in {venv} (`make test` installs it)"
         if os.environ.get("TORCHMEM_REQUIRE_FLOORS") or os.environ.get("CI"):
             pytest.fail(message)  # make test and CI install it: a skip there would hide a broken setup
         pytest.skip(message)
@@ -44,6 +54,8 @@ def start_kernel(flavour: str) -> Kernel:
                 store_history=False,
             )
             assert versions == pins, (flavour, versions)
+        elif flavour == "ipykernel70":
+            assert k.ipykernel_version == IPYKERNEL70_VERSION, (flavour, k.ipykernel_version)
         else:
             assert int(k.ipykernel_version.split(".")[0]) >= 7, (flavour, k.ipykernel_version)
         module = Path(k.value("torchmem_magic.__file__", store_history=False)).resolve()

@@ -82,8 +82,15 @@ REPO = Path(__file__).resolve().parents[2]
 # floor: no subshells) with the newer torch build and this checkout installed editable (one environment, as a
 # user of those versions has it)
 FLOORS = REPO / ".venv-floors"
-#: "newest": this interpreter (the project's venv: newest IPython & co.); "floors": the venv above
+# ipykernel 7.0.0 (the first release with subshells, whose threads' messages look their parent up in the
+# thread's own context) with the newest of everything else, torch 2.13.0 and this checkout (editable):
+# `make test` creates it too (`make ipykernel70`)
+IPYKERNEL70 = REPO / ".venv-ipykernel70"
+IPYKERNEL70_VERSION = "7.0.0"
+#: "newest": this interpreter (the project's venv: newest IPython & co.); "floors", "ipykernel70": the venvs above
 FLAVOURS = ("newest", "floors")
+#: each flavour's venv but the newest's
+VENVS = {"floors": FLOORS, "ipykernel70": IPYKERNEL70}
 
 
 def pinned_floors() -> dict[str, str]:
@@ -101,8 +108,8 @@ def kernel_python(flavour: str) -> str:
     """The interpreter a kernel of this flavour runs in."""
     if flavour == "newest":
         return sys.executable  # the project's venv, whatever kernelspecs the machine has
-    if flavour == "floors":
-        return str(FLOORS / "bin" / "python")
+    if flavour in VENVS:
+        return str(VENVS[flavour] / "bin" / "python")
     raise ValueError(flavour)
 
 
