@@ -15,7 +15,7 @@ Route = Literal["sampler", "training thread"]
 
 #: the environment variable that chooses the route whatever the kernel: "sampler", "training-thread",
 #: or "auto" (the default: decided from the kernel)
-ROUTE_VARIABLE = "TORCHMEM_LIVE_UPDATES"
+ROUTE_VARIABLE = "TORCHMEM_MAGIC_LIVE_UPDATES"
 FORCED_ROUTES: dict[str, Route] = {"sampler": "sampler", "training-thread": "training thread"}
 
 

@@ -48,10 +48,10 @@ def _curve_updates_before_the_loop_ended(execution: Execution) -> int:
 
 
 def _run_recorded(kernel: Kernel, route_variable: str | None) -> tuple[Execution, list[tuple[str, bool]], dict[str, Any]]:
-    """LOOP under %%memwatch with TORCHMEM_LIVE_UPDATES set to `route_variable` (None: unset), the
+    """LOOP under %%memwatch with TORCHMEM_MAGIC_LIVE_UPDATES set to `route_variable` (None: unset), the
     sends recorded; returns the execution, the sends up to the loop's end, and the route's counts."""
-    setting = "os.environ.pop('TORCHMEM_LIVE_UPDATES', None)" if route_variable is None else (
-        f"os.environ['TORCHMEM_LIVE_UPDATES'] = {route_variable!r}")
+    setting = "os.environ.pop('TORCHMEM_MAGIC_LIVE_UPDATES', None)" if route_variable is None else (
+        f"os.environ['TORCHMEM_MAGIC_LIVE_UPDATES'] = {route_variable!r}")
     kernel.ok(f"import os; {setting}\n{RECORD_SENDS}", store_history=False)
     try:
         execution = kernel.ok(LOOP)
@@ -59,7 +59,7 @@ def _run_recorded(kernel: Kernel, route_variable: str | None) -> tuple[Execution
         counts: dict[str, Any] = kernel.value(
             "__import__('dataclasses').asdict(torchmem_magic.widgets.update_route.last_counts)")
     finally:
-        kernel.ok(f"{STOP_RECORDING}; os.environ.pop('TORCHMEM_LIVE_UPDATES', None)", store_history=False)
+        kernel.ok(f"{STOP_RECORDING}; os.environ.pop('TORCHMEM_MAGIC_LIVE_UPDATES', None)", store_history=False)
     return execution, [(str(name), bool(curves)) for name, curves in sends], counts
 
 
