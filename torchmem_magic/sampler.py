@@ -55,6 +55,9 @@ class Sampler:
         self._deadline_s = 0.0  # when the next reading is due (on `clock`)
         self._next_tick_s = 0.0  # when the next on_tick is due
         self._on_tick_cpu_s: float | None = None  # what a call of on_tick costs, smoothed
+        #: whether a tick has reported its whole cost yet: the first that hands work to another thread
+        #: reports none of it (that work runs later), so the smoothing starts over at the next one
+        self._tick_cost_known = False
         self.samples = 0
         self.ticks = 0
         self.missed_ticks = 0
@@ -114,7 +117,9 @@ class Sampler:
         self.ticks += 1
         cost_s = self._cpu_clock() - cpu_before_s + (elsewhere_s or 0.0)
         smoothed = self._on_tick_cpu_s
-        self._on_tick_cpu_s = smoothed = cost_s if smoothed is None else 0.8 * smoothed + 0.2 * cost_s
+        known = self._tick_cost_known
+        self._on_tick_cpu_s = smoothed = 0.8 * smoothed + 0.2 * cost_s if smoothed is not None and known else cost_s
+        self._tick_cost_known = known or elsewhere_s is None or elsewhere_s > 0.0
         self._next_tick_s = self._clock() + self.tick_period_s(smoothed)
 
     def tick_period_s(self, on_tick_cpu_s: float) -> float:
