@@ -94,8 +94,10 @@ def test_release_button_frees_output_cache_and_traceback(k: Kernel) -> None:
     assert before - k.value("heap_now()") >= 95 << 20
 
 
+@pytest.mark.ipykernel70
 def test_mid_run_click_acts_at_a_step_and_stop_ends_the_loop(k: Kernel) -> None:
-    # ipykernel 7 only (the newest stack): a subshell is what lets a click run while the cell is busy
+    # ipykernel 7 only (the newest stack, and 7.0.0: its first release with subshells): a subshell is what lets
+    # a click run while the cell is busy
     subshell = k.create_subshell()
     msg_id = k.kc.execute(
         "%%memwatch --interval 50\n"
