@@ -31,10 +31,10 @@ def live_route(ipykernel_version: str | None, colab: bool, forced: str = "") -> 
     """The route for a kernel: `ipykernel_version` None where the kernel is not ipykernel's (or its
     version is unknown); `colab` in Google Colab; `forced`: the value of ROUTE_VARIABLE, if set.
 
-    Colab shows no update that a background thread sends (googlecolab/colabtools#3373). ipykernel 6 and
-    7 send a background thread's comm messages at once. ipykernel 7.0.0 and 7.0.1 look a message's parent
-    up in the sending thread's context and fail where it has none; the sampler thread runs in a copy of
-    the cell's context, so its updates go out at once there too (the kernel matrix runs 7.0.0 for that).
+    Colab shows no widget update that a background thread sends. ipykernel 6 and 7 send a background
+    thread's comm messages at once. ipykernel 7.0.0 and 7.0.1 look a message's parent up in the sending
+    thread's context and fail where it has none; the sampler thread runs in a copy of the cell's context,
+    so its updates go out at once there too (the kernel matrix runs 7.0.0 for that).
     Any other kernel: unknown, so the training thread sends them too.
     ValueError for a `forced` value that names no route.
     """
