@@ -158,9 +158,10 @@ stress-holders: setup
 # live ranks, holder scans, scan budgets, the terminal status
 STRESS_TESTS ?= tests/browser tests/kernel/test_dataloader.py tests/kernel/test_verdicts.py \
 	tests/kernel/test_framework_loops.py tests/kernel/test_guard_kernel.py tests/kernel/test_ranks_live.py \
-	tests/kernel/test_widget_models.py tests/unit/test_scan.py tests/cli/test_watch_status.py
+	tests/kernel/test_widget_models.py tests/unit/test_scan.py tests/cli/test_watch_status.py \
+	tests/kernel/test_live_update_threads.py tests/unit/test_routed_updates.py
 
-stress: setup floors core browser-deps
+stress: setup floors ipykernel70 core browser-deps
 	PYTHON=$(BIN)/python STRESS_TESTS="$(STRESS_TESTS)" MAKE="$(MAKE)" tools/stress 1 10 3
 
 device-check:
