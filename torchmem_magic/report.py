@@ -43,8 +43,9 @@ LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps
 LIVE_VERDICT_ROWS = 160
 #: rows of each series, and Theil–Sen points, that a rank's verdict in a report of many ranks judges at
 #: most: the watcher judges every rank at the block's end on one thread, and a full timeline (~1,800
-#: step rows) costs ~40 ms a rank, seconds for 64 ranks; thinned to this, ~5 ms. On the detector's
-#: synthetic series (tests/core/test_verdict.py) the thinned verdict is the full one
+#: step rows) costs ~25 ms of CPU a rank, seconds for 64 ranks; thinned to this, ~5 ms. Over the
+#: detector's shapes (a slow or fast leak, a staircase, sporadic jumps, a warm-up, a sawtooth, RSS creep,
+#: noise) the thinned verdict is the full one, a leak's rate within a few percent
 RANK_VERDICT_ROWS = 400
 RANK_VERDICT_POINTS = 100
 #: the Theil–Sen points of a run's own final verdict (its pairwise slopes: ~points²/2)

@@ -219,9 +219,10 @@ class ProcessTreeProbe:
     within PSS_CPU_SHARE of one core: when they would take more, the children are read in turn, the
     most periods overdue first (a child never read comes first), so every child is still read, each
     about every N x cost / PSS_CPU_SHARE seconds with N children (64 ranks of ~8 ms: about every
-    10 s). A young child's period is shorter, so within the same total it is read more often (about
-    four times) without starving the others. Between two reads a child counts at its last PSS. Workers announced by the DataLoader hook are picked up at the next
-    tick without waiting for discovery; when one disappears, how it ended is recorded in `worker_exits`.
+    10 s). A young child's period is shorter, so within the same total it is read more often (up to
+    four times) without starving the others. Between two reads a child counts at its last PSS.
+    Workers announced by the DataLoader hook are picked up at the next tick without waiting for
+    discovery; when one disappears, how it ended is recorded in `worker_exits`.
     """
 
     name: str = "process tree"
