@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
-from .model import Clock, DeviceMemory, LiveStatus, Suspect
+from .model import Clock, DeviceMemory, LiveStatus, RankSummary, Suspect
 from .report import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose, live_status, short_verdict
 from .verdict import Diagnosis
 
@@ -94,6 +94,9 @@ class LiveView:
         self._report: Report | None = None
         self._live: tuple[float, Diagnosis] | None = None  # (when, the live verdict)
         self._live_ranks: LiveRanks | None = None  # each rank's verdict as it forms
+        #: (rank, attempt) of another node's rank -> (the summary it was made from, its state): remade only
+        #: when the store reader hands a new summary; the ranks of the last call only
+        self._remote_live: dict[tuple[int, int | None], tuple[RankSummary, RankLive]] = {}
 
     def _finished(self, report: Report) -> None:
         """The session's last word: the run is over and judged."""
@@ -200,13 +203,30 @@ class LiveView:
         feeds = self.rank_feeds()
         if not feeds or self._ranks is None:
             return ()
-        from .ranks.live import LiveRanks, from_summary
+        from .ranks.live import LiveRanks
 
         if self._live_ranks is None:
             self._live_ranks = LiveRanks(self._runtime.clock)
         local = self._live_ranks.judge(feeds)
-        remote = self._ranks.remote_summaries()  # the other nodes', from the job's store
-        return tuple(sorted([*local, *(from_summary(s) for s in remote)], key=lambda r: r.rank))
+        remote = self._remote_live_ranks(self._ranks.remote_summaries())  # the other nodes', from the job's store
+        return tuple(sorted([*local, *remote], key=lambda r: r.rank))
+
+    def _remote_live_ranks(self, summaries: tuple[RankSummary, ...]) -> list[RankLive]:
+        """The other nodes' ranks as the status line judges them. The store's reader hands the same
+        summary object while a rank's message (its seq) and status are unchanged, so such a rank costs a
+        lookup here; what is kept is only the ranks of this call."""
+        from .ranks.live import from_summary
+
+        kept: dict[tuple[int, int | None], tuple[RankSummary, RankLive]] = {}
+        out = []
+        for summary in summaries:
+            slot = (summary.rank, summary.attempt)
+            before = self._remote_live.get(slot)
+            live = before[1] if before is not None and before[0] is summary else from_summary(summary)
+            kept[slot] = (summary, live)
+            out.append(live)
+        self._remote_live = kept
+        return out
 
     # ---------------------------------------------------------------- the verdict so far
     def live_verdict(self, loader: int | None = None) -> Diagnosis | None:

@@ -41,6 +41,15 @@ LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps
 #: rows of each series the live verdict judges at most (thinned evenly from the timeline's): recomputed
 #: every second on the sampler thread, its cost must not grow with the run; the final report reads them all
 LIVE_VERDICT_ROWS = 160
+#: rows of each series, and Theil–Sen points, that a rank's verdict in a report of many ranks judges at
+#: most: the watcher judges every rank at the block's end on one thread, and a full timeline (~1,800
+#: step rows) costs ~25 ms of CPU a rank, seconds for 64 ranks; thinned to this, ~5 ms. Over the
+#: detector's shapes (a slow or fast leak, a staircase, sporadic jumps, a warm-up, a sawtooth, RSS creep,
+#: noise) the thinned verdict is the full one, a leak's rate within a few percent
+RANK_VERDICT_ROWS = 400
+RANK_VERDICT_POINTS = 100
+#: the Theil–Sen points of a run's own final verdict (its pairwise slopes: ~points²/2)
+FINAL_VERDICT_POINTS = 200
 #: the step-aligned column each resource that can leak has its "growth per step" measured on
 RATE_COLUMNS = {r.key: r.column for r in resources.RESOURCES if r.leak_rank is not None}
 
@@ -133,7 +142,7 @@ def diagnose(
     vram_limit_bytes: float | None = None,
     shm_limit_bytes: float | None = None,
     first_pass_batches: int | None = None,
-    max_points: int = 200,
+    max_points: int = FINAL_VERDICT_POINTS,
     clock: Clock = "optimizer",
     loader: int | None = None,
     worker_count: int = 1,
@@ -346,8 +355,13 @@ def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
 _Summary = TypeVar("_Summary", RamSummary, HeapSummary, VramSummary, ShmSummary)
 
 
-def assemble_report(evidence: RunEvidence) -> Report:
-    """The Report of a run: summaries, the verdict and its advice, suspects, worker deaths."""
+def assemble_report(
+    evidence: RunEvidence, max_rows: int | None = None, max_points: int = FINAL_VERDICT_POINTS
+) -> Report:
+    """The Report of a run: summaries, the verdict and its advice, suspects, worker deaths.
+
+    `max_rows`, `max_points`: what the verdict judges at most (`diagnose`); None judges every row, as a
+    run's own report does. A report of many ranks bounds them (RANK_VERDICT_ROWS)."""
     timeline, exc = evidence.timeline, evidence.exception
     by_time = timeline.by_time
     ram = RamSummary(
@@ -401,6 +415,8 @@ def assemble_report(evidence: RunEvidence) -> Report:
         worker_count=1 if evidence.workers is None else evidence.workers.max_count,
         workers_persistent=evidence.workers is not None and evidence.workers.pids_seen <= evidence.workers.max_count,
         ends_after_block=True,
+        max_rows=max_rows,
+        max_points=max_points,
     )
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 #: step-to-step changes that are enough to read the typical rate from them alone (twice the
 #: sampled steps a verdict needs)
@@ -138,6 +139,24 @@ def persistent_jumps(xs: Sequence[float], ys: Sequence[float], noise: float, rat
     return out
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What a series' step-to-step changes say: the typical step's rate, the noise beyond it, and the
+    jumps whose level holds. The warm-up cut and the verdict both read them: where the cut leaves the
+    series whole, they are worked out once."""
+
+    rate: float
+    noise: float
+    jumps: tuple[int, ...]
+
+
+def changes_of(xs: Sequence[float], ys: Sequence[float]) -> Changes:
+    """`typical_rate`, then `noise_scale` beyond it, then `persistent_jumps` against both."""
+    rate = typical_rate(xs, ys)
+    noise = noise_scale(xs, ys, rate)
+    return Changes(rate, noise, tuple(persistent_jumps(xs, ys, noise, rate)))
+
+
 def _rest_start(xs: Sequence[float]) -> int:
     """Index of the first point of the run's last REST_FRACTION of steps: what a warm-up must leave."""
     bound = xs[0] + (1 - REST_FRACTION) * (xs[-1] - xs[0])
@@ -206,20 +225,20 @@ def _leading_jumps(xs: Sequence[float], ys: Sequence[float], jumps: Sequence[int
     return cut
 
 
-def warmup_length(xs: Sequence[float], ys: Sequence[float]) -> int:
+def warmup_length(xs: Sequence[float], ys: Sequence[float], changes: Changes | None = None) -> int:
     """Points to drop at the start: growth concentrated early, however many steps it took.
 
     The warm-up ends where the series reaches the line of its rest (flat or a steady leak) for good,
     when that rest spans at least REST_FRACTION of the steps and holds no jump (a rest shorter than
     the sampled steps a verdict needs leaves no verdict yet). With jumps in the rest (a sporadic
     leak, a staircase) only leading jumps much faster than the rest's growth are warm-up: jumps
-    spread over the run are the finding, not a warm-up.
+    spread over the run are the finding, not a warm-up. `changes`: `changes_of(xs, ys)`, where the
+    caller has it already.
     """
     if len(ys) < 3:
         return 0
     rest = _rest_start(xs)
-    rate = typical_rate(xs, ys)
-    jumps = persistent_jumps(xs, ys, noise_scale(xs, ys, rate), rate)
+    jumps = (changes_of(xs, ys) if changes is None else changes).jumps
     cut = _rise_before_rest(xs, ys, rest) if len(ys) - rest >= 3 else 0
     if all(j <= cut for j in jumps):
         return cut

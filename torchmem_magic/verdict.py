@@ -32,14 +32,12 @@ from dataclasses import dataclass, field
 from . import resources
 from .model import VerdictName
 from .slopes import (
+    changes_of,
     evenly_spaced,
     mad,
-    noise_scale,
-    persistent_jumps,
     released_at_the_end,
     spread_over_run,
     theil_sen,
-    typical_rate,
     warmup_length,
 )
 from .units import format_bytes, format_duration, plural_noun, rate_unit
@@ -170,12 +168,13 @@ def analyse(
     released = released_at_the_end(ys)
     if released:
         xs, ys = xs[:-1], ys[:-1]
-    warmup = warmup_length(xs, ys) if len(ys) > MIN_STEPS else 0
+    whole = changes_of(xs, ys) if len(ys) > MIN_STEPS else None
+    warmup = warmup_length(xs, ys, whole) if whole is not None else 0
     xs, ys = xs[warmup:], ys[warmup:]
     if len(ys) < MIN_STEPS:
         return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0, released_bytes=released)
-    rate = typical_rate(xs, ys)
-    noise = noise_scale(xs, ys, rate)
+    changes = whole if whole is not None and warmup == 0 else changes_of(xs, ys)  # once, where nothing was cut
+    rate, noise = changes.rate, changes.noise
     fit_xs, fit_ys = evenly_spaced(xs, ys)  # the fit weighs every stretch of steps alike
     slope, intercept = theil_sen(fit_xs, fit_ys, max_points)
     residual_scale = mad([y - (intercept + slope * x) for x, y in zip(fit_xs, fit_ys)])
@@ -184,7 +183,7 @@ def analyse(
     error = max(residual_scale, noise, 1.0) / spread
     total = slope * (xs[-1] - xs[0])
     big_enough = total > max(MIN_TOTAL_BYTES, 6 * max(noise, residual_scale))
-    jumps = persistent_jumps(xs, ys, noise, rate)
+    jumps = list(changes.jumps)
     jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
     boundary = _crossing_epochs(xs, epoch_steps)
     if ends_after_block and not released and epoch_steps and _closes_last_epoch(ys, boundary):

@@ -15,6 +15,7 @@ from torchmem_magic.forensics import WorkerExit
 from torchmem_magic.probes.accelerator import AcceleratorProbe, parse_device
 from torchmem_magic.probes.base import ProbeReader
 from torchmem_magic.probes.heap import HeapProbe
+from torchmem_magic.probes import process as process_probe
 from torchmem_magic.probes.limits import MemoryLimit, memory_limit, sharing_strategy
 from torchmem_magic.probes.process import (
     ProcessTreeProbe,
@@ -205,6 +206,87 @@ def test_a_workers_pss_is_read_at_a_period_set_by_the_reads_cpu_cost_not_its_wal
         child.kill()
         child.wait()
         probe.close()
+
+
+PSS_SHARE = 0.05  # the promise: every child's PSS reads together take at most 5% of one core
+
+
+class _FakeChildren:
+    """Children that exist only for the tree probe: `pids` is what discovery finds, every RSS read answers,
+    and each PSS read advances the probe's CPU clock by `cost_s` (no process, no /proc)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, pids: set[int], cost_s: float) -> None:
+        self.pids, self.cost_s = pids, cost_s
+        self.cpu_s = 0.0
+        self.wall_s = 100.0
+        self.reads: dict[int, list[float]] = {}  # pid -> the wall seconds of its PSS reads
+        fakes = self
+
+        class FakeRss:
+            def __init__(self, pid: int) -> None:
+                self.pid = pid
+
+            def rss_bytes(self) -> int | None:
+                return 100 << 20 if self.pid == os.getpid() or self.pid in fakes.pids else None
+
+            def close(self) -> None:
+                pass
+
+        def read_pss(pid: int) -> process_probe.ProportionalMemory:
+            self.cpu_s += self.cost_s
+            self.reads.setdefault(pid, []).append(self.wall_s)
+            return process_probe.ProportionalMemory(50 << 20, 40 << 20)
+
+        monkeypatch.setattr(process_probe, "RssReader", FakeRss)
+        monkeypatch.setattr(process_probe, "descendant_pids", lambda pid: set(self.pids))
+        monkeypatch.setattr(process_probe, "read_proportional_memory", read_pss)
+        self.probe = ProcessTreeProbe(clock=lambda: self.wall_s, cpu_clock=lambda: self.cpu_s)
+
+    def run(self, seconds: float, tick_s: float = 0.1) -> None:
+        """Read the probe every `tick_s` for `seconds` of the fake wall clock."""
+        for _ in range(round(seconds / tick_s)):
+            self.probe.read()
+            self.wall_s += tick_s
+
+
+def test_the_pss_reads_of_many_children_share_one_budget_and_every_child_is_still_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """64 children whose reads cost 8 ms each: read each at its own period and they would take half a core.
+    Together they stay within 5% of a core, and each is read about every 64 x 8 ms / 5%."""
+    children = _FakeChildren(monkeypatch, set(range(1000, 1064)), cost_s=0.008)
+    seconds = 120.0
+    children.run(seconds)
+    assert children.cpu_s <= PSS_SHARE * (seconds + ProcessTreeProbe.PSS_BURST_S) + children.cost_s
+    assert children.cpu_s >= 0.8 * PSS_SHARE * seconds  # the budget is used, not wasted
+    round_s = 64 * children.cost_s / PSS_SHARE  # ~10 s
+    for pid in children.pids:
+        times = children.reads[pid]
+        assert times[0] <= 100.0 + 1.5 * round_s  # the first read within about one round
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert len(times) >= seconds / round_s - 2 and max(gaps) <= 2 * round_s
+
+
+def test_a_young_child_is_read_more_often_within_the_same_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    children = _FakeChildren(monkeypatch, set(range(1000, 1032)), cost_s=0.008)
+    children.run(60.0)  # every child is old now
+    cpu_before, joined_s = children.cpu_s, children.wall_s
+    children.pids.add(2000)  # a worker starts
+    children.run(ProcessTreeProbe.YOUNG_S)
+    young = len(children.reads[2000])
+    old = [sum(1 for t in children.reads[pid] if t >= joined_s) for pid in range(1000, 1032)]
+    assert young >= 2 * max(old)
+    assert children.cpu_s - cpu_before <= PSS_SHARE * (ProcessTreeProbe.YOUNG_S + ProcessTreeProbe.PSS_BURST_S) + 0.008
+
+
+def test_few_cheap_children_are_each_read_at_their_own_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget only spreads reads that would exceed it: two children of 1 ms reads, old, read every second."""
+    children = _FakeChildren(monkeypatch, {1000, 1001}, cost_s=0.001)
+    children.run(30.0)
+    for pid in (1000, 1001):
+        late = [t for t in children.reads[pid] if t >= 100.0 + ProcessTreeProbe.YOUNG_S]
+        gaps = [round(b - a, 6) for a, b in zip(late, late[1:])]
+        assert gaps and max(gaps) <= ProcessTreeProbe.PSS_MIN_PERIOD_S + 0.1 + 1e-6
 
 
 def test_descendant_pids_match_psutil_including_grandchildren() -> None:

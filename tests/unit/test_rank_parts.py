@@ -4,7 +4,9 @@ of CUDA contexts, and where a rank's holders are looked for."""
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -34,7 +36,9 @@ from torchmem_magic.ranks.protocol import (
 )
 from torchmem_magic.ranks.transport import Outbox, RankSender, RankSink
 from torchmem_magic.render.text import report_text
-from torchmem_magic.report import assemble_report
+from torchmem_magic import report as report_module
+from torchmem_magic.ranks.feed import RankFeed, RankFeeds
+from torchmem_magic.report import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_report
 from torchmem_magic.timeline import Timeline
 from torchmem_magic.units import format_bytes
 
@@ -130,6 +134,69 @@ def _rank(number: int, heap_per_step: float = 0.0, **changes: Any) -> RankSummar
 def _watcher(steps: int = 0) -> Any:
     """The watcher's own report: a process that made no steps (clock time) whose RAM includes its ranks'."""
     return assemble_report(evidence(timeline(steps, heap_per_step=MIB), steps, clock="time" if not steps else "optimizer"))
+
+
+def _shaped_timeline(shape: str, rows: int, stride: int, seed: int) -> Timeline:
+    """`rows` step rows `stride` steps apart (a long run's thinned sampling), 600 MiB at the start with
+    64 KiB of noise, the heap shaped as `shape` (RSS too, but for "fragmentation", where only RSS creeps)."""
+    rng = random.Random(seed)
+    tl = Timeline(capacity=2 * rows)
+
+    def heap_at(i: int) -> float:
+        return 600 * MIB + {
+            "slow leak": 0.2 * MIB * i, "fast leak": 2 * MIB * i, "staircase": (i // 50) * 40 * MIB,
+            "sporadic": (i // 40) * 30 * MIB, "warm-up": 150 * MIB if i else 0.0,
+            "sawtooth": 300 * MIB if i % 10 in (4, 5) else 0.0,
+        }.get(shape, 0.0) + rng.gauss(0.0, 8 * MIB if shape == "noise" else 64 * 1024)
+
+    for i in range(1, rows + 1):
+        heap = heap_at(i)
+        rss = heap + 200 * MIB + (0.4 * MIB * i if shape == "fragmentation" else 0.0)
+        row = {"t_s": i * 0.1, "step": float(i * stride), "heap_bytes": heap, "rss_bytes": rss, "ram_bytes": rss}
+        tl.by_time.append(row)
+        tl.by_step.append(row)
+    return tl
+
+
+SHAPES = ("slow leak", "fast leak", "staircase", "sporadic", "warm-up", "sawtooth", "fragmentation", "noise", "flat")
+
+
+@pytest.mark.parametrize("stride", [1, 7])
+def test_a_ranks_verdict_on_its_bounded_rows_is_the_verdict_on_every_row(stride: int) -> None:
+    """A report of many ranks judges each on RANK_VERDICT_ROWS rows: over full timelines of the detector's
+    shapes it says what the full verdict says, a leak at the same rate (a thinned series is the same line)."""
+    for seed, shape in enumerate(SHAPES):
+        tl = _shaped_timeline(shape, 1800, stride, seed)
+        run = evidence(tl, 1800 * stride, wall_s=180.0, clock="optimizer")
+        full, bounded = assemble_report(run), assemble_report(run, RANK_VERDICT_ROWS, RANK_VERDICT_POINTS)
+        judged = [(r.verdict, r.leak_kind, r.resource) for r in (full, bounded)]
+        assert judged[0] == judged[1], shape
+        if full.verdict == "leak" and full.resource is not None:
+            rates = [getattr(r, full.resource).per_step_bytes for r in (full, bounded)]
+            assert rates[1] == pytest.approx(rates[0], rel=0.05), shape
+
+
+def test_the_final_report_of_ranks_judges_each_rank_on_bounded_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows the detector sees for a rank with a full timeline: RANK_VERDICT_ROWS, not the timeline's 1,800."""
+    seen: list[int] = []
+    real_decide = report_module.decide
+
+    def decide(series: Any, **kwargs: Any) -> Any:
+        seen.extend(len(s.steps) for s in series)
+        return real_decide(series, **kwargs)
+
+    monkeypatch.setattr(report_module, "decide", decide)
+    feeds = RankFeeds()
+    try:
+        feed = RankFeed(pid=1, rank=0, timeline=_shaped_timeline("slow leak", 1800, 7, 0), clock="optimizer",
+                        counts={"optimizer": 1800 * 7}, elapsed_s=180.0, heap_available=True, ram_limit_bytes=16 << 30)
+        feed.final = feed.evidence_fields()
+        feeds.feeds = {1: feed}
+        summaries = feeds.summaries()
+    finally:
+        feeds.close()
+    assert summaries is not None and summaries[0].verdict == "leak"
+    assert seen and max(seen) <= RANK_VERDICT_ROWS and not math.isnan(summaries[0].per_step_bytes or math.nan)
 
 
 def test_the_leaking_rank_is_the_worst_and_decides_the_verdict() -> None:

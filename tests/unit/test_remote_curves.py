@@ -10,12 +10,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from idle_views import idle_view
 from test_live_ranks import _draw, _feed
 
 from torchmem_magic.model import HeapSummary, RamSummary, RankSummary, VramSummary
 from torchmem_magic.ranks.feed import RankFeed, rank_numbers
 from torchmem_magic.ranks.job import JobStore, encode_summary
+from torchmem_magic.ranks import live as live_module
+from torchmem_magic.ranks import remote as remote_module
 from torchmem_magic.ranks.remote import HISTORY_POINTS, RankHistory, RemoteRanks
+from torchmem_magic.timeline import Timeline
 from torchmem_magic.widgets.rank_curves import node_imbalance, rank_curves
 
 MIB = float(1 << 20)
@@ -189,3 +193,61 @@ def test_the_worst_rank_of_another_node_is_the_panels_worst_in_its_spread() -> N
     figure = _draw(feeds, job.remote)
     assert list(figure.rank_lines.labels) == ["rank 9 @host-b (node 1) (worst)"]
     assert list(figure.rank_band.labels) == ["min of 10 ranks", "max of 10 ranks"]
+
+
+# ----------------------------------------------------------------------------- the live view's other-node ranks
+
+
+class _NodeFeeds:
+    """This node's ranks (from their stream) and the job's store; `skip`: ranks that are this node's."""
+
+    def __init__(self, feeds: list[RankFeed], job: _Job) -> None:
+        self.feeds, self.job = feeds, job
+        self.skip: set[int] = set()
+
+    def snapshot(self) -> list[RankFeed]:
+        return list(self.feeds)
+
+    def remote_summaries(self) -> tuple[RankSummary, ...]:
+        return self.job.remote.summaries(skip=self.skip)
+
+
+def test_another_nodes_rank_is_remade_only_when_its_message_or_status_changed_and_kept_only_while_present(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = _Job()
+    job.publish(_summary(2, 1, 10, 50 * MIB))
+    job.publish(_summary(3, 1, 10, 60 * MIB))
+    job.read(1.0)
+    built: list[int] = []  # the store reader's summaries made (a rank, its status, its attempt)
+    made: list[int] = []  # the live view's rank states made from them
+    real_replace, real_from_summary = remote_module.replace, live_module.from_summary
+    monkeypatch.setattr(remote_module, "replace", lambda summary, **changes: built.append(summary.rank) or real_replace(summary, **changes))
+    monkeypatch.setattr(live_module, "from_summary", lambda summary: made.append(summary.rank) or real_from_summary(summary))
+    feeds = _NodeFeeds([_feed(10, 0, 0.0), _feed(11, 1, 0.0)], job)
+    view = idle_view(Timeline(), feeds)
+
+    assert [r.rank for r in view.live_ranks()] == [0, 1, 2, 3]
+    assert built == made == [2, 3]
+    job.read(1.5)  # both keys unchanged: the same seq
+    view.live_ranks()
+    view.live_ranks()
+    assert built == made == [2, 3]
+    job.publish(_summary(3, 1, 20, 61 * MIB))  # rank 3's next message: a new seq, all else alike but its steps
+    job.now_s = 1.0  # ... and the same second of its last change (the seq alone tells)
+    job.remote._changed_s[3] = 1.0
+    job.remote._read(job.store, [job.job.summary_key(r) for r in range(job.job.world_size)])  # type: ignore[arg-type]
+    assert next(r for r in view.live_ranks() if r.rank == 3).steps == 20
+    assert built == made == [2, 3, 3]
+    job.publish(_summary(3, 1, 30, 62 * MIB))
+    job.read(3.0)
+    view.live_ranks()
+    assert built == made == [2, 3, 3, 3]
+    job.read(5.0)  # rank 2 silent 4 s: stale now, a status change with the same seq
+    ranks = {r.rank: r for r in view.live_ranks()}
+    assert ranks[2].stale and not ranks[3].stale
+    assert built == made == [2, 3, 3, 3, 2]
+    feeds.skip = {3}  # rank 3 is no longer another node's: nothing of it is kept
+    assert [r.rank for r in view.live_ranks()] == [0, 1, 2]
+    assert set(view._remote_live) == set(job.remote._built) == {(2, None)}
+    assert built == made == [2, 3, 3, 3, 2]

@@ -180,6 +180,7 @@ class ChildProcess:
     pss_bytes: int | None = None
     uss_bytes: int | None = None
     next_pss_s: float = 0.0
+    pss_period_s: float = 1.0  # the period its last PSS read set (how often it wants reading)
     first_seen_s: float = 0.0
 
     def memory_bytes(self) -> int | None:
@@ -212,11 +213,16 @@ class KernelRssProbe:
 class ProcessTreeProbe:
     """RAM of the kernel process and its descendants (DataLoader workers, shm managers...).
 
-    The kernel's RSS is read on every tick. Child discovery (~65 µs from /proc) runs twice a
-    second, and each child's PSS (~8 ms + 25 ms/GiB) at a period adapted to what it costs in CPU, so
-    the probe never takes more than ~2% of one core. Workers announced by the DataLoader hook are
-    picked up at the next tick without waiting for discovery; when one disappears, how it ended is
-    recorded in `worker_exits`.
+    The kernel's RSS is read on every tick. Child discovery (~65 µs from /proc) runs twice a second.
+    Each child's PSS (~8 ms + 25 ms/GiB) is read at a period adapted to what its read costs in CPU
+    (at least 40x, 20x in a worker's first seconds), and all the children's reads together stay
+    within PSS_CPU_SHARE of one core: when they would take more, the children are read in turn, the
+    most periods overdue first (a child never read comes first), so every child is still read, each
+    about every N x cost / PSS_CPU_SHARE seconds with N children (64 ranks of ~8 ms: about every
+    10 s). A young child's period is shorter, so within the same total it is read more often (up to
+    four times) without starving the others. Between two reads a child counts at its last PSS.
+    Workers announced by the DataLoader hook are picked up at the next tick without waiting for
+    discovery; when one disappears, how it ended is recorded in `worker_exits`.
     """
 
     name: str = "process tree"
@@ -227,6 +233,8 @@ class ProcessTreeProbe:
     YOUNG_S = 10.0
     PSS_COST_FACTOR = 40.0  # wait at least 40x what the last PSS read cost (≤ 2.5% of a core a worker) ...
     YOUNG_PSS_COST_FACTOR = 20.0  # ... 5% in a worker's first seconds (the read is kernel work, off the GIL)
+    PSS_CPU_SHARE = 0.05  # every child's PSS reads together: at most this share of one core ...
+    PSS_BURST_S = 1.0  # ... over any stretch longer than this (budget unused for longer is not saved up)
 
     def __init__(
         self, pid: int | None = None, clock: Callable[[], float] = time.monotonic,
@@ -240,6 +248,7 @@ class ProcessTreeProbe:
         self._worker_processes: dict[int, Any] = {}  # pid -> its multiprocessing.Process, if known
         self._announced: list[tuple[int, Any]] = []  # appended from the hook's thread, drained by read()
         self._next_refresh_s = 0.0
+        self._pss_spent_until_s = 0.0  # the PSS reads so far, at PSS_CPU_SHARE, pay for the time up to this
         self.children_bytes = 0.0  # children's memory at the last read (the step samples reuse it)
         self.workers = 0
         self.worker_peaks: dict[int, tuple[int, int]] = {}  # pid -> (PSS peak, USS peak) of DataLoader workers
@@ -299,23 +308,9 @@ class ProcessTreeProbe:
             self._refresh_children()
             self._next_refresh_s = now + self.CHILDREN_REFRESH_S
         rss = self.kernel.rss_bytes()
+        self._read_due_pss(now)
         children_bytes = workers_bytes = workers = 0
         for pid, child in list(self._children.items()):
-            if now >= child.next_pss_s:
-                started = self._cpu_clock()
-                reading = read_proportional_memory(pid)
-                cost_s = self._cpu_clock() - started  # CPU, not wall: a busy machine stretches the wall time alone
-                young = now - child.first_seen_s < self.YOUNG_S
-                min_period_s, factor = (
-                    (self.YOUNG_PSS_MIN_PERIOD_S, self.YOUNG_PSS_COST_FACTOR) if young
-                    else (self.PSS_MIN_PERIOD_S, self.PSS_COST_FACTOR)
-                )
-                child.next_pss_s = now + max(min_period_s, factor * cost_s)
-                if reading is not None:
-                    child.pss_bytes, child.uss_bytes = reading.pss_bytes, reading.uss_bytes
-                    if child.is_worker:
-                        pss, uss = self.worker_peaks.get(pid, (0, 0))
-                        self.worker_peaks[pid] = (max(pss, reading.pss_bytes), max(uss, reading.uss_bytes))
             if child.rss.rss_bytes() is None:  # exited since the last discovery
                 self._forget(pid)
                 continue
@@ -331,6 +326,42 @@ class ProcessTreeProbe:
             WORKERS.column: float(workers_bytes),
             WORKER_COUNT.column: float(workers),
         }
+
+    def _read_due_pss(self, now: float) -> None:
+        """Read the PSS of the children that are due, the most periods overdue first, while the budget of
+        PSS_CPU_SHARE of a core allows: a read that costs c seconds of CPU pays for c / PSS_CPU_SHARE
+        seconds, and the next read waits until then (up to PSS_BURST_S of unused budget is kept)."""
+        if self._pss_spent_until_s > now:
+            return
+        due = [child for child in self._children.values() if now >= child.next_pss_s]
+        if not due:
+            return
+        due.sort(key=lambda child: (child.next_pss_s - now) / child.pss_period_s)  # the most periods overdue first
+        self._pss_spent_until_s = max(self._pss_spent_until_s, now - self.PSS_BURST_S)
+        for child in due:
+            if self._pss_spent_until_s > now:
+                break
+            cost_s = self._read_pss(child, now)
+            self._pss_spent_until_s += cost_s / self.PSS_CPU_SHARE
+
+    def _read_pss(self, child: ChildProcess, now: float) -> float:
+        """One child's PSS and USS, its next read set by what this one cost; returns that CPU cost."""
+        started = self._cpu_clock()
+        reading = read_proportional_memory(child.pid)
+        cost_s = self._cpu_clock() - started  # CPU, not wall: a busy machine stretches the wall time alone
+        young = now - child.first_seen_s < self.YOUNG_S
+        min_period_s, factor = (
+            (self.YOUNG_PSS_MIN_PERIOD_S, self.YOUNG_PSS_COST_FACTOR) if young
+            else (self.PSS_MIN_PERIOD_S, self.PSS_COST_FACTOR)
+        )
+        child.pss_period_s = max(min_period_s, factor * cost_s)
+        child.next_pss_s = now + child.pss_period_s
+        if reading is not None:
+            child.pss_bytes, child.uss_bytes = reading.pss_bytes, reading.uss_bytes
+            if child.is_worker:
+                pss, uss = self.worker_peaks.get(child.pid, (0, 0))
+                self.worker_peaks[child.pid] = (max(pss, reading.pss_bytes), max(uss, reading.uss_bytes))
+        return max(cost_s, 0.0)
 
     def pids(self) -> list[int]:
         """The kernel and its live descendants."""

@@ -2,7 +2,8 @@
 
 `RankFeeds` owns the socket the ranks send to. The watcher's sampler thread drains it every tick
 (`poll`), so ranks never wait; at the end, every rank's report is assembled from its stream with
-the same `assemble_report` a single process uses. A rank that stopped sending without its final
+the same `assemble_report` a single process uses (on at most RANK_VERDICT_ROWS rows of each series:
+the block's end waits for every rank's). A rank that stopped sending without its final
 message was killed: its report is what it sent until then, with how it ended where that can be
 known (its exit status, read when it ended even if it is not our child, or the launcher's exception).
 The ranks of a multi-node job's other nodes join from the job's store (`remote.RemoteRanks`), once
@@ -24,7 +25,7 @@ from ..flight.recorder import oom_kill_counts
 from ..probes.exits import ExitWitness
 from ..probes.nvml import NvmlProcesses
 from ..probes.process import exit_of
-from ..report import assemble_report
+from ..report import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_report
 from ..timeline import Timeline
 from ..merge import summary_of
 from .job import job_from_fields
@@ -300,7 +301,9 @@ class RankFeeds:
             for pid, feed in self.feeds.items():
                 self._note_exit(feed)
                 status, ended = self._ending(feed, ended_by)
-                report = assemble_report(evidence_from(feed.evidence_fields(), feed.timeline))
+                # bounded: every rank is judged here, on one thread, while the block's end waits
+                report = assemble_report(evidence_from(feed.evidence_fields(), feed.timeline),
+                                         max_rows=RANK_VERDICT_ROWS, max_points=RANK_VERDICT_POINTS)
                 out.append(summary_of(
                     report, rank=numbers[pid], pid=pid, host=feed.host, status=status, ended=ended,
                     last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,

@@ -79,6 +79,10 @@ class RemoteRanks:
         #: process took over the key
         self._earlier: dict[int, list[tuple[Published, float]]] = {}
         self._history: dict[int, DecimatingSeries] = {}  # rank of another node -> a row each time its key changed
+        #: (rank, attempt) -> (what its summary was built from: pid, seq, status, how it ended, when its key
+        #: changed; the summary): an unchanged rank's is reused, so the live figure's every call costs a lookup
+        #: a rank; only the entries of the last call are kept
+        self._built: dict[tuple[int, int | None], tuple[tuple[object, ...], RankSummary]] = {}
         self._deaths: dict[tuple[int, int], str | None] = {}  # (rank, pid) -> how it ended
         self._to_report: list[tuple[int, int, str | None]] = []  # deaths seen here, not yet written
         self._reported: set[tuple[int, int]] = set()
@@ -178,19 +182,36 @@ class RemoteRanks:
         now_s = self._clock()
         with self._lock:
             out = []
+            built: dict[tuple[int, int | None], tuple[tuple[object, ...], RankSummary]] = {}
             for rank, published in sorted(self._latest.items()):
                 if rank in skip:
                     continue
                 earlier = self._earlier.get(rank, [])
                 for attempt, (old, changed_s) in enumerate(earlier):
                     status, ended = remote_status(old, now_s - changed_s, self.lost, self._deaths, replaced=True)
-                    out.append(replace(old.summary, status=status, ended=ended, last_seen_s=changed_s, attempt=attempt))
+                    out.append(self._summary(old, status, ended, changed_s, attempt, built))
                 changed_s = self._changed_s.get(rank, now_s)
                 status, ended = remote_status(published, now_s - changed_s, self.lost, self._deaths,
                                               job_failed=job_failed)
-                out.append(replace(published.summary, status=status, ended=ended, last_seen_s=changed_s,
-                                   attempt=len(earlier) if earlier else None))
+                out.append(self._summary(published, status, ended, changed_s, len(earlier) if earlier else None, built))
+            self._built = built  # a rank no longer reported (this node's now, say) keeps nothing
             return tuple(out)
+
+    def _summary(
+        self, published: Published, status: str, ended: str | None, changed_s: float, attempt: int | None,
+        built: dict[tuple[int, int | None], tuple[tuple[object, ...], RankSummary]],
+    ) -> RankSummary:
+        """A rank's summary with its status as this watcher knows it (under the lock): the one built at
+        the last call while its process, its message (seq) and its status are the same."""
+        slot = (published.summary.rank, attempt)
+        source = (published.summary.pid, published.seq, status, ended, changed_s)
+        kept = self._built.get(slot)
+        if kept is not None and kept[0] == source:
+            summary = kept[1]
+        else:
+            summary = replace(published.summary, status=status, ended=ended, last_seen_s=changed_s, attempt=attempt)
+        built[slot] = (source, summary)
+        return summary
 
     def histories(self, skip: Collection[int] = ()) -> tuple[RankHistory, ...]:
         """Each other-node rank's history but those in `skip`, by rank (copies: the reader's thread goes on)."""
