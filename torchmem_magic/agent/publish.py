@@ -20,7 +20,7 @@ from ..merge import summary_of
 from ..model import RankSummary
 from ..ranks.job import PUBLISH_PERIOD_S, JobStore, encode_summary, job_of
 from ..ranks.publisher import SummaryPublisher
-from ..report import RunEvidence, assemble_report
+from ..report import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, RunEvidence, assemble_report
 
 if TYPE_CHECKING:
     from ..live_view import LiveView
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 
 def rolling_summary(view: LiveView, rank: int, local_rank: int | None, node: int | None, host: str) -> RankSummary:
-    """The rank's summary over its run so far (sampler thread: the timeline is not being appended meanwhile)."""
+    """The rank's summary over its run so far (sampler thread: the timeline is not being appended meanwhile),
+    judged on the bounded rows a watcher judges a rank of many on: made every second, its cost must not
+    grow with the run."""
     series, suspects = view.holders_so_far()
     limit = view.ram_limit
     evidence = RunEvidence(
@@ -37,7 +39,7 @@ def rolling_summary(view: LiveView, rank: int, local_rank: int | None, node: int
         suspects=suspects, clock=view.clock, optimizer_steps=int(view.clock_counts.get("optimizer", 0)),
         training_loader=view.training_loader(), holder_series=series,
     )
-    report = assemble_report(evidence)
+    report = assemble_report(evidence, max_rows=RANK_VERDICT_ROWS, max_points=RANK_VERDICT_POINTS)
     return summary_of(report, rank=rank, pid=os.getpid(), host=host, status="running", local_rank=local_rank, node=node)
 
 
