@@ -126,8 +126,9 @@ class HolderTracker:
         twice the period the last two readings measured: the next reading is at most half the time
         left away. Steps that suddenly turn k times slower make a scan late by at most
         k x UNCHECKED_SHARE_OF_WAIT of its wait (tenfold: 4%; a hundredfold: 40%) and by at most
-        MAX_UNCHECKED_STEPS steps; the next reading measures the new period. At a reading, attributes
-        are read once and no builtin is called: each costs more there than the arithmetic."""
+        MAX_UNCHECKED_STEPS steps; the next reading measures the new period. At a reading, each
+        attribute is read once and min/max are spelled as comparisons (a builtin's call costs more
+        than the arithmetic)."""
         if step < self._check_at_step:
             return False
         now = self._clock()
