@@ -138,8 +138,8 @@ class MemwatchSession:
         if clock in steps.lesser:  # e.g. the backward pass of a loop with an optimizer: counted, no more
             steps.counts[clock] += 1
             return
-        generation, hooks = steps.generation, self._hooks
-        step = steps.count(clock, None if hooks is None else hooks.current_loader)
+        generation = steps.generation
+        step = steps.count(clock, self._hooks.current_loader if self._hooks is not None else None)
         if step is None:
             return
         if steps.generation != generation:
