@@ -256,9 +256,9 @@ def child_components(calls: int, client: ctypes.CDLL, records: Path) -> None:
 def nothing_due(session: Any) -> None:
     """No step sample, no scan, no request for a long while: what every other step costs."""
     sampling, tracker = session.step_counter.sampling, session.finder._tracker
-    sampling.stride = sampling._countdown = 10**9
+    sampling.stride = sampling.next_sampled_step = 10**9
     tracker._next_scan_s = tracker._budget_ready_s = float("inf")
-    tracker._next_scan_step = 10**9
+    tracker._next_scan_step = tracker._check_at_step = 10**9  # no clock reading either (a wait without end: one in 1,024 steps)
 
 
 def session_facts(context: Any) -> dict[str, Any]:

@@ -41,6 +41,14 @@ CHEAP_OBJECTS = 10_000  # a name whose scan met fewer objects than this is cheap
 MAX_HOLDERS = 32
 MAX_POINTS = 64
 FULL_SCAN_EVERY = 5
+#: `due_at` reads the clock only now and then: the steps between two readings span at most half the time
+#: left to wait (at the step period the last two readings measured) and at most this share of the whole
+#: wait, and never more than MAX_UNCHECKED_STEPS. Reading at most every 1/250 of a wait keeps a minute
+#: of 0.2 ms steps to a reading every ~40 steps; what it costs is how late a scan can be when the steps
+#: suddenly turn slower (see `due_at`)
+UNCHECKED_SHARE_OF_WAIT = 0.004
+MAX_UNCHECKED_STEPS = 1024
+_NEVER = 1 << 62  # a step no loop reaches
 
 
 class HolderTracker:
@@ -97,8 +105,14 @@ class HolderTracker:
         self._started_s: float | None = None  # the first step: setup before the loop does not count
         self._next_scan_s = 0.0
         self._budget_ready_s = 0.0  # when the scans so far are back within the budget
-        self._next_scan_step = 0  # with STEP_PACED_SCANS: a scan is due at this step, time gaps aside
+        self._next_scan_step = 0  # a step-paced scan is due at this step, time gaps aside (_NEVER: no more)
         self._paced_from = 0  # the scan count when the current step clock began
+        self._check_at_step = 0  # `due` reads the clock at this step next; before it, nothing can be due
+        self._wait_from_s = 0.0  # when the current wait began (the last scan's end, or the first step)
+        self._read_s = 0.0  # the last clock reading and its step (_NEVER: none to measure from)
+        self._read_at_step = _NEVER
+        self._step_period_s = float("inf")  # measured between the last two readings (inf: not known)
+        self._unnumbered_steps = 0  # the calls of `due` without a step
         self.scans = 0
         self.spent_s = 0.0
         self._allowance_left_cpu_s = start_allowance_s
@@ -106,18 +120,54 @@ class HolderTracker:
         self._full_cost_s = min(full_scan_cost_s, MID_RUN_BUDGET.time_s)  # what the last scan of everything cost
 
     def due(self, step: int | None = None) -> bool:
-        """Cheap: whether a scan may run now, at `step` (called at every step)."""
+        """Whether a scan may run now, at `step` (see `due_at`); without `step`, only the time-paced
+        scans come, each call counted as a step."""
+        if step is None:
+            self._unnumbered_steps += 1
+            return self.due_at(self._unnumbered_steps, False)
+        return self.due_at(step)
+
+    def due_at(self, step: int, numbered: bool = True) -> bool:
+        """Whether a scan may run now, at `step` (called at every step: most only compare `step` with the
+        step of the next clock reading).
+
+        The step-paced scans come at the very steps a reading at every step would give. So do the
+        time-paced ones (and a step-paced one waiting for the budget) while the steps take less than
+        twice the period the last two readings measured: the next reading is at most half the time
+        left away. Steps that suddenly turn k times slower make a scan late by at most
+        k x UNCHECKED_SHARE_OF_WAIT of its wait (tenfold: 4%; a hundredfold: 40%) and by at most
+        MAX_UNCHECKED_STEPS steps; the next reading measures the new period. At a reading, each
+        attribute is read once and min/max are spelled as comparisons (a builtin's call costs more
+        than the arithmetic)."""
+        if step < self._check_at_step:
+            return False
         now = self._clock()
         if self._started_s is None:
-            self._started_s = now
-        if self.scans >= MAX_SCANS:
-            return False
-        if now >= self._next_scan_s:
+            self._started_s = self._wait_from_s = now
+        read_at_step = self._read_at_step
+        if step > read_at_step:
+            self._step_period_s = (now - self._read_s) / (step - read_at_step)
+        self._read_s, self._read_at_step = now, step
+        next_scan_step = self._next_scan_step if numbered else _NEVER
+        wake_s = self._budget_ready_s if step >= next_scan_step else self._next_scan_s
+        if now >= wake_s:
+            self._check_at_step = 0  # read again at the next step, should no scan follow
             return True
-        step_paced = (
-            step is not None and self.scans - self._paced_from < STEP_PACED_SCANS and step >= self._next_scan_step
-        )
-        return step_paced and now >= self._budget_ready_s
+        unread_s = UNCHECKED_SHARE_OF_WAIT * (wake_s - self._wait_from_s)
+        left_s = 0.5 * (wake_s - now)
+        if left_s < unread_s:
+            unread_s = left_s
+        period_s = self._step_period_s
+        if unread_s >= MAX_UNCHECKED_STEPS * period_s:
+            next_check = step + MAX_UNCHECKED_STEPS
+        elif unread_s >= 2.0 * period_s:
+            next_check = step + int(unread_s / period_s)
+        else:
+            next_check = step + 1
+        if step < next_scan_step < next_check:
+            next_check = next_scan_step
+        self._check_at_step = next_check
+        return False
 
     def scan(self, step: int) -> None:
         """Measure the holders now, at `step`; then wait until the scans' share of the run is back
@@ -158,7 +208,10 @@ class HolderTracker:
         gap_s = max(self._min_gap_s, GAP_SHARE_OF_RUN * (now - loop_started_s))
         self._budget_ready_s = loop_started_s + self._charged_s / self._budget_share
         self._next_scan_s = max(now + gap_s, self._budget_ready_s)
-        self._next_scan_step = 2 * max(step, 1)
+        self._next_scan_step = 2 * max(step, 1) if self.scans - self._paced_from < STEP_PACED_SCANS else _NEVER
+        # the next step reads the clock and measures the step period from here: the scan is no step's time
+        self._read_s = self._wait_from_s = now
+        self._check_at_step = 0 if self.scans < MAX_SCANS else _NEVER
 
     def _record(self, step: int, measured: list[RootStats]) -> None:
         with self._lock:
@@ -198,6 +251,9 @@ class HolderTracker:
             self._series.clear()
             self.last_stats.clear()
         self._next_scan_step, self._paced_from = 0, self.scans
+        # its step 1 reads the clock (the old clock's last reading was at a later step: no period is
+        # measured across the two)
+        self._check_at_step = 0 if self.scans < MAX_SCANS else _NEVER
 
     def tracked(self) -> set[str]:
         """The names measured as holders during the run (their figures change: never reused)."""

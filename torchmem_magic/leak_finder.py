@@ -113,7 +113,7 @@ class LeakFinder:
             self._roots, self._baseline, set(self.start_scan.cheap), self.start_scan.cost_s,
             sequence_floor=_autograd_sequence_nr(),
         )
-        self.scan_due = self._tracker.due
+        self.scan_due = self._tracker.due_at
 
     def forked_search(self) -> dict[str, Any]:
         """What a rank forked from this process looks for (RankSettings' fields): the same roots, the

@@ -149,7 +149,7 @@ class MemwatchSession:
         finder = self.finder
         if finder is not None and finder.scan_due(step):
             finder.scan(step)
-        if steps.sampling.due():
+        if step >= steps.sampling.next_sampled_step:
             self._sample_step(step)
 
     def _sample_step(self, step: int) -> None:

@@ -20,7 +20,8 @@ def smoothed(previous_s: float, value_s: float) -> float:
 
 @dataclass
 class StepSamplingPolicy:
-    """Decides the stride between sampled steps from what samples cost and how long steps take."""
+    """Decides the stride between sampled steps from what samples cost and how long steps take. The
+    session samples a step whose number reaches `next_sampled_step`: a comparison, no call at every step."""
 
     budget: float = 0.003  # a step sample may cost ~0.3% of a step (cache effects double the measured cost)
     dense_steps: int = 64
@@ -31,23 +32,18 @@ class StepSamplingPolicy:
     sample_cost_s: float = 0.0  # smoothed CPU cost of one step sample (training thread)
     filing_cost_s: float = 0.0  # smoothed CPU cost of filing one row (sampler thread)
     dense_spent_s: float = 0.0  # CPU time all step samples took so far
-    _countdown: int = 1
+    next_sampled_step: int = 0  # the first step sampled from now on (0: the next one, whichever it is)
     _last_sample_s: float | None = None
     _last_sampled_step: int = 0
 
-    def due(self) -> bool:
-        """Called at every step: whether this one is sampled."""
-        self._countdown -= 1
-        return self._countdown <= 0
-
     def sample_next(self) -> None:
         """Sample the next step whatever the stride (the benchmarks time a sampled step this way)."""
-        self._countdown = 1
+        self.next_sampled_step = 0
 
     def sample_within(self, steps: int) -> None:
-        """Sample again `steps` steps from now at the latest, whatever the stride (the memory guard's next
-        check at a step, closer than the stride while a resource nears its threshold)."""
-        self._countdown = min(self._countdown, steps)
+        """Sample again `steps` steps after the last sampled one at the latest, whatever the stride (the
+        memory guard's next check at a step, closer than the stride while a resource nears its threshold)."""
+        self.next_sampled_step = min(self.next_sampled_step, self._last_sampled_step + steps)
 
     @property
     def last_sampled_step(self) -> int:
@@ -67,7 +63,7 @@ class StepSamplingPolicy:
             budget = self.dense_budget if dense else self.budget
             cost = self.sample_cost_s + self.filing_cost_s
             self.stride = max(1, min(self.max_stride, math.ceil(cost / (budget * step_s))))
-        self._countdown = self.stride
+        self.next_sampled_step = step + self.stride
 
     def filed(self, rows: int, cost_s: float) -> None:
         """The sampler thread filed `rows` queued rows in `cost_s` of CPU: that counts against the budget."""

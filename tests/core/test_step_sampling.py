@@ -11,7 +11,7 @@ def run(policy: StepSamplingPolicy, steps: int, step_s: float, cost_s: float) ->
     """Steps the policy samples when each step takes `step_s` and each sample costs `cost_s` of CPU."""
     sampled = []
     for step in range(1, steps + 1):
-        if policy.due():
+        if step >= policy.next_sampled_step:
             sampled.append(step)
             policy.sampled(step, started_s=step * step_s, cost_s=cost_s)
     return sampled
@@ -53,7 +53,7 @@ def test_the_next_step_can_be_forced_and_a_final_sample_is_remembered() -> None:
     policy.sampled(1, 0.0, 0.0)
     policy.stride = 50
     policy.sample_next()
-    assert policy.due()
+    assert 2 >= policy.next_sampled_step
     policy.mark_sampled(99)
     assert policy.last_sampled_step == 99
 
@@ -64,7 +64,7 @@ def test_the_guard_can_bring_the_next_sample_closer_but_never_push_it_away() -> 
     assert policy.stride == 17
     policy.sampled(1001, started_s=1001 * 200e-6, cost_s=10e-6)
     policy.sample_within(3)  # the guard's next check at a step: 3 steps from now
-    assert [policy.due() for _ in range(3)] == [False, False, True]
+    assert [step >= policy.next_sampled_step for step in range(1002, 1005)] == [False, False, True]
     policy.sampled(1004, started_s=1004 * 200e-6, cost_s=10e-6)
     policy.sample_within(100)  # further than the stride: the stride stands
-    assert [policy.due() for _ in range(17)] == [False] * 16 + [True]
+    assert [step >= policy.next_sampled_step for step in range(1005, 1022)] == [False] * 16 + [True]
