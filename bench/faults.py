@@ -66,6 +66,34 @@ class FaultKernel:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
+        #: where the kernel's threads' stacks go on SIGUSR1 (`stacks()`: where a stuck kernel is stuck)
+        self.stacks_path = Path(self._spec_dir.name) / "stacks.txt"
+
+    @property
+    def pid(self) -> int:
+        return int(self.km.provisioner.process.pid)  # type: ignore[union-attr]
+
+    def arm_stacks(self) -> None:
+        """Make SIGUSR1 dump every thread's stack into `stacks_path` (faulthandler: works while the main
+        thread is blocked in a lock or a join, where no Python code of the kernel runs)."""
+        self.ok("import faulthandler as _fh, signal as _sg\n"
+                f"_fh.register(_sg.SIGUSR1, file=open({str(self.stacks_path)!r}, 'w'), all_threads=True)\n"
+                # where a KeyboardInterrupt that ipykernel caught itself landed (its log line has no traceback)
+                "_lg = get_ipython().kernel.log; _lg.error = (lambda m, *a, _e=_lg.error, **kw: _e(m, *a, **("
+                "dict(kw, exc_info=True) if 'KeyboardInterrupt' in str(m) else kw)))\n"
+                "del _fh, _sg, _lg")
+
+    def stacks(self) -> str:
+        """The kernel's threads' stacks now ('' when it is dead or was not armed)."""
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except (ProcessLookupError, AttributeError):
+            return ""
+        time.sleep(1.0)
+        try:
+            return self.stacks_path.read_text()
+        except OSError:
+            return ""
 
     def execute(
         self, code: str, timeout_s: float = 180.0, at: list[tuple[float, Callable[[], None]]] | None = None,
@@ -552,6 +580,7 @@ class Campaign:
 
     def start_kernel(self) -> None:
         self.kernel = FaultKernel(self.fault.argv_prefix)
+        self.kernel.arm_stacks()
         self.kernel.ok(SETUP)
         self.kernel.ok(STATE_HELPER)
         module = self.kernel.value("torchmem_magic.__file__")
@@ -607,8 +636,11 @@ class Campaign:
                     results.append(self.one())
                 except (TimeoutError, RuntimeError, json.JSONDecodeError, IndexError) as exc:
                     results.append(Run(failures=[f"kernel stuck or dead: {type(exc).__name__}: {str(exc)[:120]}"]))
+                    stacks = self.kernel.stacks() if isinstance(exc, TimeoutError) else ""
                     if self.verbose:
                         print(f"    {self.fault.name}: {results[-1].failures[0]}", flush=True)
+                        if stacks:
+                            print("      where the kernel was stuck:\n      " + "\n      ".join(stacks.splitlines()), flush=True)
                     self.kernel.shutdown()
                     self.start_kernel()
         finally:
@@ -790,11 +822,16 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated fault names")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--burners", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=None,
+                        help="how long a cell may run before the kernel counts as stuck (default: each fault's, 180 s)")
     parser.add_argument("--no-write", "--no-readme", dest="no_write", action="store_true",
                         help="print the table only, leave the docs page as it is")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args()
     chosen = [f for f in faults() if not args.only or f.name in args.only.split(",")]
+    if args.timeout_s is not None:
+        for fault in chosen:
+            fault.timeout_s = args.timeout_s
     if not chosen:
         raise SystemExit(f"no fault named {args.only!r}; known: {', '.join(f.name for f in faults())}")
     rng = random.Random(args.seed)

@@ -19,6 +19,7 @@ from IPython.display import HTML, display
 from .agent.rank import adopt_forked
 from .check import check_roots
 from .flight.recorder import FlightRecorder
+from .late_interrupts import drop_late_interrupts
 from .forensics import parse_worker_death
 from .leak_finder import LeakSearch
 from .notebook import notebook_roots, recent_sources
@@ -111,6 +112,14 @@ class MemwatchMagics(Magics):
         record on disk keeps its curves, so that `%memwatch --last` (or `torchmem_magic.last_crash()`)
         shows them after the kernel was killed.
         """
+        __tracebackhide__ = True
+        try:
+            return self._memwatch(line, cell)
+        finally:
+            if cell is not None:  # a Ctrl-C from now on finds the cell over: its reply must still go out
+                drop_late_interrupts(self.shell)
+
+    def _memwatch(self, line: str, cell: str | None) -> Any:
         __tracebackhide__ = True
         try:
             args = parse_argstring(self.memwatch, line)

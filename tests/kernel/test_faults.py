@@ -137,3 +137,36 @@ def test_a_worker_death_raised_before_stop_begins_still_stops_the_session(kernel
     assert kernel.value(LEFT) == [[], 0, True]
     assert kernel.value("[t.name for t in threading.enumerate() if 'torchmem' in t.name]") == []
     assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+# a SIGINT that comes after the cell's code is over, while ipykernel assembles the reply (it reads the
+# payloads after IPython's run_cell returned): armed by the cell, sent by ipykernel's own call
+LATE_INTERRUPT = """\
+_tm_late = {"armed": False}
+def _tm_arm_late_interrupt():
+    import os, signal
+    manager = get_ipython().payload_manager
+    namespace = {"os": os, "signal": signal, "real": manager.read_payload, "state": _tm_late}
+    exec("def read_payload():\\n"
+         "    if state['armed']:\\n"
+         "        state['armed'] = False\\n"
+         "        os.kill(os.getpid(), signal.SIGINT)\\n"
+         "        for _ in range(1000): pass  # the handler runs here, in ipykernel's call\\n"
+         "    return real()\\n", namespace)
+    manager.read_payload = namespace["read_payload"]
+_tm_arm_late_interrupt()
+"""
+
+
+def test_a_ctrl_c_just_after_the_cell_ended_does_not_lose_its_reply(kernel: Kernel) -> None:
+    """Seen in the campaign (report_interrupt, double_interrupt): the SIGINT landed in ipykernel's code
+    after the cell, which logged "KeyboardInterrupt caught in kernel" and never sent the reply."""
+    kernel.ok(LATE_INTERRUPT)
+    try:
+        execution = kernel.execute("%%memwatch --no-plot\n_tm_late['armed'] = True\n", timeout_s=60)
+    finally:
+        kernel.ok("del get_ipython().payload_manager.read_payload")
+    assert execution.status == "ok" and "memwatch: ok" in execution.stdout
+    assert kernel.value("_tm_late['armed']") is False  # the interrupt was sent
+    assert kernel.value("repr(__import__('signal').getsignal(2))").startswith("<built-in function default_int_handler")
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")

@@ -148,3 +148,36 @@ def test_a_second_interrupt_while_the_sources_close_neither_loses_the_report_nor
         pytest.fail("the second interrupt escaped stop()")
     assert report.status == "interrupted" and last_report() is report
     assert _left_behind() == []
+
+
+class _KernelShell:
+    """What `drop_late_interrupts` reads of a kernel's shell: that it has a kernel, and the user's namespace."""
+
+    def __init__(self) -> None:
+        self.kernel = object()
+        self.user_global_ns: dict[str, Any] = {}
+
+
+def test_a_ctrl_c_after_the_cell_ended_is_dropped_and_one_during_user_code_still_interrupts() -> None:
+    """Seen in the campaign (report_interrupt, double_interrupt): a SIGINT after the cell magic returned
+    landed in ipykernel's own code, which caught it and never sent the cell's reply."""
+    import signal
+
+    from torchmem_magic import late_interrupts
+
+    shell = _KernelShell()
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # as ipykernel sets it for a request
+    try:
+        assert late_interrupts.drop_late_interrupts(shell)
+        dropped = late_interrupts.dropped
+        signal.raise_signal(signal.SIGINT)  # the cell is over: no frame of the user's is running
+        assert late_interrupts.dropped == dropped + 1
+        shell.user_global_ns["raise_signal"] = signal.raise_signal
+        with pytest.raises(KeyboardInterrupt):  # a cell that ran %%memwatch through run_cell goes on
+            exec("raise_signal(2)\nfor _ in range(10): pass\n", shell.user_global_ns)
+        assert not late_interrupts.drop_late_interrupts(shell)  # installed once, over the default handler only
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        assert not late_interrupts.drop_late_interrupts(object())  # no kernel: terminal IPython keeps its own
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, saved)
