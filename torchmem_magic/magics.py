@@ -267,15 +267,14 @@ class MemwatchMagics(Magics):
 
 
 HELP_FLAGS = ("-h", "--help")
-_unrecorded_noted = False
 
 
 def _note_unrecorded(recorder: FlightRecorder | None) -> None:
-    """Say once per kernel that runs go unrecorded (a read-only or full disk), and why."""
-    global _unrecorded_noted
-    if recorder is not None and recorder.unavailable and not _unrecorded_noted:
-        _unrecorded_noted = True
-        print(f"torchmem_magic: {recorder.unavailable} (runs are watched, but not recorded)", file=sys.stderr)
+    """Say in one line that this run went unrecorded (a read-only or full disk), and why: each such run,
+    since what it costs is this run's (a kernel that dies during it is not shown afterwards)."""
+    if recorder is not None and recorder.unavailable:
+        print(f"torchmem_magic: {recorder.unavailable} (the run was watched, but had the kernel died it could not "
+              "be shown afterwards; --no-record keeps none)", file=sys.stderr)
 
 
 def show_last_crash(announce: bool = False) -> Any:
