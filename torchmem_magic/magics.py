@@ -280,17 +280,18 @@ def _note_unrecorded(recorder: FlightRecorder | None) -> None:
 def show_last_crash(announce: bool = False) -> Any:
     """`%memwatch --last`: the report of this notebook's last run whose kernel died, shown; with
     `announce` (the first `%load_ext` of a kernel) only a record not shown before, and a headline."""
-    from .flight.crashes import last_crash, unshown_crash
+    from .flight.crashes import last_crash, mark_shown, unshown_crash
 
     report: Any
+    announced = None
     if announce:
         found = unshown_crash()
         if found is None:
             return None
-        report, record = found
+        report, announced = found
         print(
             "torchmem_magic: the kernel of this notebook died while %%memwatch watched it; its record "
-            f"(kept in {record.path.parent} until torchmem_magic.clear_crashes()):",
+            f"(kept in {announced.path.parent} until torchmem_magic.clear_crashes()):",
             file=sys.stderr if not shell_has_kernel() else sys.stdout,
         )
     else:
@@ -302,6 +303,8 @@ def show_last_crash(announce: bool = False) -> Any:
         display(report)
     else:
         print(report_long_text(report))
+    if announced is not None:  # only once it was shown: an interrupted display shows it again in the next kernel
+        mark_shown(announced)
     return None
 
 

@@ -175,17 +175,21 @@ def clear_crashes(all_notebooks: bool = False) -> int:
 
 
 def unshown_crash() -> tuple[Report, CrashRecord] | None:
-    """The newest record of this notebook not shown yet, marked shown (what the first `%load_ext`
-    of a new kernel tells once)."""
+    """The newest record of this notebook not shown yet (what the first `%load_ext` of a new kernel
+    tells once: `mark_shown` once it was shown, so that a display cut short shows it again)."""
     for record in crash_records():
-        if record.shown:
-            continue
-        shown = record.path.with_name(record.path.name[: -len(SUFFIX)] + SHOWN_SUFFIX)
-        try:
-            os.replace(record.path, shown)
-        except OSError:
-            pass
-        else:
-            record.path = shown
-        return crash_report(record), record
+        if not record.shown:
+            return crash_report(record), record
     return None
+
+
+def mark_shown(record: CrashRecord) -> None:
+    """Rename the record as shown (it stays for `last_crash()` until `clear_crashes()`)."""
+    if record.shown:
+        return
+    shown = record.path.with_name(record.path.name[: -len(SUFFIX)] + SHOWN_SUFFIX)
+    try:
+        os.replace(record.path, shown)
+    except OSError:
+        return
+    record.path = shown
