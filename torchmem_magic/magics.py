@@ -293,6 +293,7 @@ def show_last_crash(announce: bool = False) -> Any:
             "torchmem_magic: the kernel of this notebook died while %%memwatch watched it; its record "
             f"(kept in {announced.path.parent} until torchmem_magic.clear_crashes()):",
             file=sys.stderr if not shell_has_kernel() else sys.stdout,
+            flush=True,  # before the report, which takes a while to draw
         )
     else:
         report = last_crash()
