@@ -525,15 +525,29 @@ DEAD_RUN = (
     "from torchmem_magic.options import SessionOptions\n"
     "torch.set_num_threads(1)\n"
     "kept = []\n"
-    "session = MemwatchSession(SessionOptions(20), recorder=FlightRecorder('a run whose kernel died')).start()\n"
+    "session = MemwatchSession(SessionOptions(5), recorder=FlightRecorder('a run whose kernel died')).start()\n"
     "model = torch.nn.Linear(64, 64); opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
     "t0 = time.time()\n"
-    "while time.time() - t0 < 1.5:\n"
+    "while time.time() - t0 < 6:\n"
     "    opt.zero_grad(); model(torch.randn(32, 64)).square().mean().backward(); opt.step()\n"
     "    kept.append(torch.ones(2**12))\n"
     "os.kill(os.getpid(), signal.SIGKILL)\n"
 )
 DEAD_KERNEL_HEADLINE = "torchmem_magic: the kernel of this notebook died"
+#: the kernel makes the dead run's record once (`DEAD_RUN` in a subprocess of its own, a 6 s run: a long
+#: timeline to draw) and keeps it aside; before each run, a copy goes where `%load_ext` finds it
+DEAD_RECORD_SETUP = f"""
+import glob as _gl, os as _os, shutil as _sh, subprocess as _sp, sys as _sys, tempfile as _tf
+_sp.run([_sys.executable, '-c', {DEAD_RUN!r}], timeout=180)
+_tm_dead_record = _os.path.join(_tf.mkdtemp(prefix='torchmem-faults-dead-'), 'dead.jsonl')
+_sh.move(sorted(_gl.glob(_os.path.join(_os.environ['TORCHMEM_MAGIC_RECORD_DIR'], '*.jsonl')))[-1], _tm_dead_record)
+del _gl, _os, _sh, _sp, _sys, _tf
+"""
+DEAD_RECORD_COPY = (
+    "torchmem_magic.clear_crashes()\n"
+    "__import__('shutil').copy(_tm_dead_record, __import__('os').path.join("
+    "__import__('os').environ['TORCHMEM_MAGIC_RECORD_DIR'], 'dead.jsonl'))\n"
+)
 
 
 def _load_ext_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
@@ -693,11 +707,11 @@ def faults() -> list[Fault]:
         Fault("two_kernels", "two kernels each running a `%%memwatch` training cell at the same time",
               TWO_KERNELS_CELL, lambda *_: None, campaign=TwoKernelsCampaign),
         Fault("load_ext_interrupt", "KeyboardInterrupt while `%load_ext` shows a dead kernel's record "
-              "(`%reload_ext`; a killed run's record made before each run)", "%reload_ext torchmem_magic\n",
+              "(`%reload_ext`; a killed 6 s run's record put back before each run)",
+              # an interrupted load is not one IPython counts as loaded: %reload_ext loads it without a reload
+              "torchmem_magic._crash_announced = False\n%reload_ext torchmem_magic\n",
               expect_load_ext_interrupt, plan=_load_ext_interrupt_plan, calibrate=True,
-              calibrate_trigger=DEAD_KERNEL_HEADLINE,
-              before_each=("import subprocess as _sp, sys as _sys\ntorchmem_magic.clear_crashes()\n"
-                           f"_sp.run([_sys.executable, '-c', {DEAD_RUN!r}], timeout=120)\ndel _sp, _sys\n"),
+              calibrate_trigger=DEAD_KERNEL_HEADLINE, setup=DEAD_RECORD_SETUP, before_each=DEAD_RECORD_COPY,
               probe=("{'magics': 'memwatch' in get_ipython().magics_manager.magics['cell'], 'records': len("
                      "__import__('torchmem_magic.flight.crashes', fromlist=['_']).crash_records())}")),
     ]
