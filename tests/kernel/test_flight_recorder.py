@@ -46,15 +46,15 @@ def _start(kernels: list[Kernel], setup: str = SETUP) -> Kernel:
     return k
 
 
-def _kill_mid_run(kernels: list[Kernel], run_s: float = 3.0) -> float:
-    """Start the leaking run, SIGKILL the kernel after `run_s`; when it was killed (wall clock)."""
+def _kill_mid_run(kernels: list[Kernel], run_s: float = 3.0, signum: int = signal.SIGKILL) -> float:
+    """Start the leaking run, send the kernel `signum` after `run_s`; when it was sent (wall clock)."""
     k = _start(kernels)
     k.ok(PREPARE)
     k.kc.execute(LEAKING_RUN)
     time.sleep(run_s)
     killed_at = time.time()
-    os.kill(k.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-    k.km.provisioner.process.wait(10)  # type: ignore[union-attr]
+    os.kill(k.km.provisioner.process.pid, signum)  # type: ignore[union-attr]
+    assert k.km.provisioner.process.wait(10) == -signum  # type: ignore[union-attr]  # it died of it
     return killed_at
 
 
@@ -181,3 +181,16 @@ def test_an_interrupt_while_load_ext_shows_a_dead_run_keeps_the_extension_and_th
     assert len(records) == 1 and not records[0].name.endswith(".shown.jsonl")  # not marked shown: it was not
     assert "memwatch: killed" in _shown(k.ok("%memwatch --last"))  # the magics are there
     assert k.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+def test_a_kernel_terminated_mid_run_dies_and_the_next_kernel_says_it_was_terminated(
+    notebook: Path, kernels: list[Kernel]
+) -> None:
+    """SIGTERM is how Jupyter's shutdown ends a kernel that did not quit when asked."""
+    terminated_at = _kill_mid_run(kernels, run_s=2.0, signum=signal.SIGTERM)
+    k = _start(kernels, "import torch")
+    shown = _shown(k.ok("%load_ext torchmem_magic\nimport torchmem_magic"))
+    assert "the kernel was terminated (SIGTERM) during this run" in shown
+    assert "stopped by its kernel's termination (SIGTERM)" in shown
+    died = k.value("__import__('torchmem_magic.flight.crashes').flight.crashes.crash_records()[0].died_wall_s")
+    assert abs(terminated_at - died) < 1.0
