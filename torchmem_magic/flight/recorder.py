@@ -24,8 +24,8 @@ import signal
 import socket
 import threading
 import time
-from types import FrameType
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..ranks.protocol import events_message, row_values
