@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("results", ("results",)),
     ("assembly", ("suspects", "merge", "report", "saved", "check", "compare", "ranks.protocol", "ranks.job")),
     ("gathering", (
-        "probes", "probes.", "hooks", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
+        "probes", "probes.", "hooks", "grad_mode", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
         "ranks", "ranks.transport", "ranks.relay", "ranks.feed", "ranks.live", "ranks.settings", "flight",
         "ranks.store_client", "ranks.publisher", "ranks.remote", "ranks.launch_env",
         "flight.recorder", "flight.crashes",

@@ -181,3 +181,33 @@ def test_a_ctrl_c_after_the_cell_ended_is_dropped_and_one_during_user_code_still
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, saved)
+
+
+def test_an_interrupt_as_the_optimizer_puts_grad_mode_back_leaves_it_as_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the campaign (loop_interrupt): the SIGINT landed in the `finally` of torch's step wrapper,
+    which left autograd off, and every later cell's backward() failed."""
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(2, 4)).sum().backward()
+    real = torch.set_grad_enabled
+    calls: list[bool] = []
+
+    def set_grad_enabled(mode: bool) -> Any:
+        calls.append(mode)
+        if len(calls) == 2:  # the step's `finally`, putting the caller's mode back
+            raise KeyboardInterrupt
+        return real(mode)
+
+    session = MemwatchSession(SessionOptions(10)).start()
+    try:
+        monkeypatch.setattr(torch, "set_grad_enabled", set_grad_enabled)
+        with pytest.raises(KeyboardInterrupt) as raised:
+            optimizer.step()
+        monkeypatch.undo()
+        assert not torch.is_grad_enabled()  # what torch left behind
+        report = session.stop(raised.value)
+        assert report.status == "interrupted"
+        assert torch.is_grad_enabled()
+    finally:
+        real(True)
+        session.stop()
