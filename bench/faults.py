@@ -796,6 +796,9 @@ class Campaign:
             while len(results) < self.runs:
                 try:
                     results.append(self.one())
+                    if any(f.startswith("left behind") and "active session" in f for f in results[-1].failures):
+                        self.kernel.shutdown()  # every later cell would be refused: one failure, not a cascade
+                        self.start_kernel()
                 except (TimeoutError, RuntimeError, json.JSONDecodeError, IndexError) as exc:
                     results.append(Run(failures=[f"kernel stuck or dead: {type(exc).__name__}: {str(exc)[:120]}"]))
                     stacks = self.kernel.stacks() if isinstance(exc, TimeoutError) else ""

@@ -163,28 +163,44 @@ class MemwatchMagics(Magics):
             report = self._stop_and_show(session, exc, args, plot)
             return report if args.return_report else None
         except BaseException as exc:
-            # torch's SIGCHLD handler raises a DataLoader worker's death into whatever line runs, also here
-            # before stop() has begun: the session must still stop (else its thread and hooks stay, and
-            # every later cell is refused as nested); the report explains the death
-            for attempt in range(4):
-                try:
-                    if session.running:
-                        self._stop_and_show(session, exc, args, plot)
-                    break
-                except Exception as death:
-                    if attempt == 3 or session.report is not None or parse_worker_death(str(death)) is None:
-                        raise
+            # the session must stop whatever cuts in (else its thread and hooks stay, and every later cell is
+            # refused as nested): a second Ctrl-C can land before stop() has begun (seen at this block's very
+            # first line), so the stop is in a `try` of this frame, retried once on an interrupt
+            try:
+                self._end(session, exc, args, plot)
+            except KeyboardInterrupt:
+                if session.report is not None:  # one while the report was shown: it stops the cell
+                    raise
+                self._end(session, exc, args, plot)
             if session.report is None and isinstance(exc, KeyboardInterrupt):  # while the figure was made or the session started
                 print("torchmem_magic: interrupted before the cell ran (while memwatch started); nothing was "
                       "measured", file=sys.stderr)
                 raise exc.with_traceback(None) from None  # its frames (the start's scan) hold user objects
             raise
-        report = self._stop_and_show(session, None, args, plot)
+        try:
+            report = self._end(session, None, args, plot)
+        except KeyboardInterrupt as interrupt:  # a Ctrl-C as the body ended, before stop() took over
+            if session.report is not None:
+                raise
+            self._end(session, interrupt, args, plot)
+            raise
         if args.return_report:
             if value is not None:
                 display(value)
             return report
         return value
+
+    def _end(self, session: MemwatchSession, exc: BaseException | None, args: Any, plot: bool) -> Any:
+        """`_stop_and_show` unless the session never ran; again when torch's SIGCHLD handler raised a
+        DataLoader worker's death before stop() had begun (it raises into whatever line runs; the report
+        explains the death). The caller retries it on a KeyboardInterrupt (one can land at its first line)."""
+        for attempt in range(4):
+            try:
+                return self._stop_and_show(session, exc, args, plot) if session.running else session.report
+            except Exception as death:
+                if attempt == 3 or session.report is not None or parse_worker_death(str(death)) is None:
+                    raise
+        return session.report
 
     def _stop_and_show(self, session: MemwatchSession, exc: BaseException | None, args: Any, plot: bool) -> Any:
         """End the session and render its report, also when stop() raises a DataLoader worker's death
