@@ -211,3 +211,23 @@ def test_an_interrupt_as_the_optimizer_puts_grad_mode_back_leaves_it_as_before_t
     finally:
         real(True)
         session.stop()
+
+
+def test_an_interrupt_while_a_holder_scan_files_its_results_keeps_no_user_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the campaign (loop_interrupt): the SIGINT landed after the scan itself, while its results were
+    filed (the scanned roots still in the frame)."""
+    import torchmem_magic.holder_tracking as tracking
+
+    def record(self: Any, step: int, measured: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tracking.HolderTracker, "_record", record)
+    kept = [torch.ones(1 << 16)]
+    tracker = tracking.HolderTracker(lambda: [Root("kept", "user", "kept", kept)])
+    with pytest.raises(KeyboardInterrupt) as raised:
+        tracker.scan(1)
+    ref = weakref.ref(kept[0])
+    del kept
+    gc.collect()
+    assert ref() is None, "the interrupt's traceback keeps the scanned objects alive"
+    assert raised.value is not None
