@@ -16,6 +16,10 @@
 #               run a quick version of the benchmarks (~3 minutes on a quiet machine) and fail when a figure passes its goal or
 #               regresses past its stored baseline (bench/goals.json; docs/benchmarks.md, "Checking for
 #               regressions"); not part of `make test`: too long for CI
+#   make faults  set up (the kernel client and ipykernel come with the test group), then run the fault campaign
+#               (bench/faults.py: each fault 30 times in a real kernel beside 2 CPU burners, ~45 minutes; as root it
+#               mounts the small filesystems some faults need) and rewrite its table in docs/faults.md; not part of
+#               `make test` or `make bench`: too long
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
 #   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
 #               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
@@ -61,7 +65,11 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+<<<<<<< HEAD
 .PHONY: setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check stress-holders stress device-check clean
+=======
+.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders device-check clean
+>>>>>>> faults
 
 setup: $(STAMP)
 
@@ -150,6 +158,9 @@ bench: setup $(BENCH_STAMP)
 
 bench-check: setup
 	$(BIN)/python bench/check.py
+
+faults: setup
+	$(BIN)/python bench/faults.py
 
 stress-holders: setup
 	PYTHON=$(BIN)/python tools/no_flips 3 tests/kernel/test_framework_loops.py

@@ -45,6 +45,9 @@ from kernel_client import SETUP, Execution  # noqa: E402
 PAGE = ROOT / "docs" / "faults.md"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SMALL_SHM = Path(tempfile.gettempdir()) / "torchmem-faults-shm"
+#: flight-record directories on a full 64 KiB tmpfs and on a read-only one (mounted by `mount_record_dirs`)
+FULL_RECORDS = Path(tempfile.gettempdir()) / "torchmem-faults-records-full"
+READ_ONLY_RECORDS = Path(tempfile.gettempdir()) / "torchmem-faults-records-ro"
 
 # ---------------------------------------------------------------------------------------------- the kernel
 
@@ -66,6 +69,57 @@ class FaultKernel:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
+        #: where the kernel's threads' stacks go on SIGUSR1 (`stacks()`: where a stuck kernel is stuck)
+        self.stacks_path = Path(self._spec_dir.name) / "stacks.txt"
+        self.current = Execution(reply={})  # the execution `execute` is collecting
+        self._subshell: str | None = None
+
+    def subshell(self) -> str:
+        """A subshell of the kernel (ipykernel 7): its comm messages are handled while a cell runs."""
+        if self._subshell is None:
+            msg = self.kc.session.msg("create_subshell_request", {})
+            self.kc.control_channel.send(msg)
+            deadline = time.monotonic() + 30
+            while self._subshell is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no create_subshell_reply")
+                reply = self.kc.get_control_msg(timeout=30)
+                if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                    self._subshell = str(reply["content"]["subshell_id"])
+        return self._subshell
+
+    def close_comms(self, comm_ids: list[str]) -> None:
+        """Close comms from the front end's side, as a page reload or a closed tab leaves them."""
+        for comm_id in comm_ids:
+            msg = self.kc.session.msg("comm_close", {"comm_id": comm_id, "data": {}})
+            msg["header"]["subshell_id"] = self.subshell()
+            self.kc.shell_channel.send(msg)
+
+    @property
+    def pid(self) -> int:
+        return int(self.km.provisioner.process.pid)  # type: ignore[union-attr]
+
+    def arm_stacks(self) -> None:
+        """Make SIGUSR1 dump every thread's stack into `stacks_path` (faulthandler: works while the main
+        thread is blocked in a lock or a join, where no Python code of the kernel runs)."""
+        self.ok("import faulthandler as _fh, signal as _sg\n"
+                f"_fh.register(_sg.SIGUSR1, file=open({str(self.stacks_path)!r}, 'w'), all_threads=True)\n"
+                # where a KeyboardInterrupt that ipykernel caught itself landed (its log line has no traceback)
+                "_lg = get_ipython().kernel.log; _lg.error = (lambda m, *a, _e=_lg.error, **kw: _e(m, *a, **("
+                "dict(kw, exc_info=True) if 'KeyboardInterrupt' in str(m) else kw)))\n"
+                "del _fh, _sg, _lg")
+
+    def stacks(self) -> str:
+        """The kernel's threads' stacks now ('' when it is dead or was not armed)."""
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except (ProcessLookupError, AttributeError):
+            return ""
+        time.sleep(1.0)
+        try:
+            return self.stacks_path.read_text()
+        except OSError:
+            return ""
 
     def execute(
         self, code: str, timeout_s: float = 180.0, at: list[tuple[float, Callable[[], None]]] | None = None,
@@ -79,7 +133,7 @@ class FaultKernel:
         msg_id = self.kc.execute(code, store_history=store_history)
         deadline = sent + timeout_s
         pending = sorted(((sent + t, f) for t, f in (at or [])), key=lambda p: p[0])
-        execution = Execution(reply={})
+        execution = self.current = Execution(reply={})
         times: dict[str, float] = {}
         stdout = ""
         idle = False
@@ -190,7 +244,8 @@ def _fault_check():
         "made": sorted(refs),
         "report": None if report is None else {"status": report.status, "error": report.error, "steps": report.steps,
                                                  "shm": None if report.shm is None else report.shm.to_dict(),
-                                                 "advice": list(report.advice)},
+                                                 "advice": list(report.advice),
+                                                 "errors": [f"{e.source}: {e.last}" for e in report.source_errors]},
         "flags": {k: ns.get(k) for k in ("body_started", "body_done")},
     }
     for k in ("body_started", "body_done"):
@@ -257,6 +312,9 @@ class Fault:
     calibrate: bool = False
     timeout_s: float = 180.0
     campaign: Any = None  # a campaign class of its own (None: `Campaign`, one kernel for every run)
+    before_each: str = ""  # a cell run before each run (and before the calibration run)
+    probe: str = "None"  # an expression evaluated in the kernel after the fault cell: check["probe"]
+    calibrate_trigger: str | None = None  # the calibration run notes when this text appeared ('trigger')
 
 
 def _text_of(execution: Execution) -> str:
@@ -358,7 +416,10 @@ def expect_loop_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict
 def expect_start_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
     started = bool(check["flags"]["body_started"])
     run.note = "body" if started else "start"
-    if started:
+    if check["flags"]["body_done"]:  # a cell quicker than the calibration run: it came after the body
+        run.note = "missed (after the body)"
+        expect_status(run, e, check, ("ok", "interrupted"), ("KeyboardInterrupt", None))
+    elif started:
         expect_status(run, e, check, ("interrupted",), ("KeyboardInterrupt",))
     else:  # before the body ran: no run to report; a one-line message, or a report saying so
         expect_status(run, e, check, ("interrupted",), ("KeyboardInterrupt",), message_ok=True)
@@ -417,6 +478,102 @@ def expect_nested(run: Run, e: Execution, check: dict[str, Any], t: dict[str, fl
         run.failures.append("inner cell: no one-line message")
     if "OUTER DONE" not in e.stdout:
         run.failures.append("outer body did not finish")
+
+
+def expect_unrecorded(reason: str) -> Callable[[Run, Execution, dict[str, Any], dict[str, float]], None]:
+    """The run goes on and is reported; one line says it is not recorded, and why; no file is left."""
+    def expect(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+        expect_ok(run, e, check, t)
+        said = [l for l in e.stderr.splitlines() if l.startswith("torchmem_magic: no flight record:")]
+        if len(said) != 1 or reason not in said[0]:
+            run.failures.append(f"{len(said)} lines saying the run is not recorded ({reason!r} expected): {e.stderr[-160:]!r}")
+        else:
+            run.note = "said: " + reason
+        if check["probe"] not in ([], ["fill"]):
+            run.failures.append(f"files left in the records directory: {check['probe']}")
+    return expect
+
+
+def _close_figure_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    kernel = c.kernel
+    kernel.subshell()  # made before the cell: the control channel answers while it runs, but not the point here
+    delay = rng.uniform(0.2, 2.0)
+
+    def plan(_: str, now: float) -> list[tuple[float, Callable[[], None]]]:
+        def close() -> None:
+            ids = [m["content"]["comm_id"] for m in kernel.current.iopub if m["msg_type"] == "comm_open"]
+            VICTIM["comms"] = len(ids)
+            kernel.close_comms(ids)
+        return [(now + delay, close)]
+
+    return {"trigger": "LOOP START", "on_text": plan}
+
+
+def expect_figure_closed(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    expect_ok(run, e, check, t)
+    closed = VICTIM.pop("comms", 0)
+    if not closed:
+        run.failures.append("no comm of the figure to close (the loop ended first?)")
+    run.note = f"closed {closed} comms" if "LOOP END" not in t or t["LOOP END"] > t.get("trigger", 0.0) else "after loop"
+    errors = (check["report"] or {}).get("errors") or []
+    if errors:
+        run.failures.append(f"errors in the report: {errors}")
+
+
+#: a run that ends with its process SIGKILLed, leaving its flight record (run by the kernel, as a subprocess)
+DEAD_RUN = (
+    "import os, signal, time, torch\n"
+    "from torchmem_magic import MemwatchSession\n"
+    "from torchmem_magic.flight.recorder import FlightRecorder\n"
+    "from torchmem_magic.options import SessionOptions\n"
+    "torch.set_num_threads(1)\n"
+    "kept = []\n"
+    "session = MemwatchSession(SessionOptions(5), recorder=FlightRecorder('a run whose kernel died')).start()\n"
+    "model = torch.nn.Linear(64, 64); opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+    "t0 = time.time()\n"
+    "while time.time() - t0 < 6:\n"
+    "    opt.zero_grad(); model(torch.randn(32, 64)).square().mean().backward(); opt.step()\n"
+    "    kept.append(torch.ones(2**12))\n"
+    "os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+DEAD_KERNEL_HEADLINE = "torchmem_magic: the kernel of this notebook died"
+#: the kernel makes the dead run's record once (`DEAD_RUN` in a subprocess of its own, a 6 s run: a long
+#: timeline to draw) and keeps it aside; before each run, a copy goes where `%load_ext` finds it
+DEAD_RECORD_SETUP = f"""
+import glob as _gl, os as _os, shutil as _sh, subprocess as _sp, sys as _sys, tempfile as _tf
+_sp.run([_sys.executable, '-c', {DEAD_RUN!r}], timeout=180)
+_tm_dead_record = _os.path.join(_tf.mkdtemp(prefix='torchmem-faults-dead-'), 'dead.jsonl')
+_sh.move(sorted(_gl.glob(_os.path.join(_os.environ['TORCHMEM_MAGIC_RECORD_DIR'], '*.jsonl')))[-1], _tm_dead_record)
+del _gl, _os, _sh, _sp, _sys, _tf
+"""
+DEAD_RECORD_COPY = (
+    "torchmem_magic.clear_crashes()\n"
+    "__import__('shutil').copy(_tm_dead_record, __import__('os').path.join("
+    "__import__('os').environ['TORCHMEM_MAGIC_RECORD_DIR'], 'dead.jsonl'))\n"
+)
+
+
+def _load_ext_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    span = c.calibration.get("reply", 1.0) - c.calibration.get("trigger", 0.5)
+    return {"trigger": DEAD_KERNEL_HEADLINE, "on_text": interrupt_after(c, [rng.uniform(0.0, max(span, 0.05))])}
+
+
+def expect_load_ext_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
+    probe = check["probe"]
+    if DEAD_KERNEL_HEADLINE not in e.stdout:
+        run.failures.append("the dead kernel's record was not announced")
+    if ename(e) not in ("KeyboardInterrupt", None):
+        run.failures.append(f"cell ended with {ename(e)}")
+    if ename(e) is None:
+        run.note = "missed"
+    elif "the extension is loaded, and %memwatch --last shows that record" in e.stderr:
+        run.note = "in the display: said so"
+    else:
+        run.note = "after the display"
+    if not probe["magics"]:
+        run.failures.append("the extension is not loaded (no %%memwatch)")
+    if probe["records"] != 1:
+        run.failures.append(f"{probe['records']} records of the dead run (1 expected)")
 
 
 HOSTILE_SETUP = r'''
@@ -537,6 +694,29 @@ def faults() -> list[Fault]:
         Fault("nested", "`%%memwatch` run inside `%%memwatch` via get_ipython().run_cell", nested_cell, expect_nested),
         Fault("kernel_killed", "the kernel SIGKILLed 0.5–4 s into a leaking run: its flight record read back",
               KILLED_CELL, lambda *_: None, campaign=KernelKillCampaign),
+        Fault("kernel_terminated", "the kernel SIGTERMed 0.5–4 s into a leaking run (as Jupyter's shutdown ends it): "
+              "it dies, its flight record read back says terminated", KILLED_CELL, lambda *_: None,
+              campaign=KernelTermCampaign),
+        Fault("records_full", "the flight record's directory on a full 64 KiB tmpfs", short_cell,
+              expect_unrecorded("[Errno 28]"),
+              setup=f"import os; os.environ['TORCHMEM_MAGIC_RECORD_DIR'] = {str(FULL_RECORDS)!r}\n",
+              probe=f"sorted(__import__('os').listdir({str(FULL_RECORDS)!r}))"),
+        Fault("records_read_only", "the flight record's directory on a read-only tmpfs", short_cell,
+              expect_unrecorded("[Errno 30]"),
+              setup=f"import os; os.environ['TORCHMEM_MAGIC_RECORD_DIR'] = {str(READ_ONLY_RECORDS)!r}\n",
+              probe=f"sorted(__import__('os').listdir({str(READ_ONLY_RECORDS)!r}))"),
+        Fault("figure_closed", "the front end closes the live figure's comms mid-loop (a page reload), from a subshell",
+              loop_cell, expect_figure_closed, plan=_close_figure_plan),
+        Fault("two_kernels", "two kernels each running a `%%memwatch` training cell at the same time",
+              TWO_KERNELS_CELL, lambda *_: None, campaign=TwoKernelsCampaign),
+        Fault("load_ext_interrupt", "KeyboardInterrupt while `%load_ext` shows a dead kernel's record "
+              "(`%reload_ext`; a killed 6 s run's record put back before each run)",
+              # an interrupted load is not one IPython counts as loaded: %reload_ext loads it without a reload
+              "torchmem_magic._crash_announced = False\n%reload_ext torchmem_magic\n",
+              expect_load_ext_interrupt, plan=_load_ext_interrupt_plan, calibrate=True,
+              calibrate_trigger=DEAD_KERNEL_HEADLINE, setup=DEAD_RECORD_SETUP, before_each=DEAD_RECORD_COPY,
+              probe=("{'magics': 'memwatch' in get_ipython().magics_manager.magics['cell'], 'records': len("
+                     "__import__('torchmem_magic.flight.crashes', fromlist=['_']).crash_records())}")),
     ]
 
 
@@ -552,6 +732,7 @@ class Campaign:
 
     def start_kernel(self) -> None:
         self.kernel = FaultKernel(self.fault.argv_prefix)
+        self.kernel.arm_stacks()
         self.kernel.ok(SETUP)
         self.kernel.ok(STATE_HELPER)
         module = self.kernel.value("torchmem_magic.__file__")
@@ -564,19 +745,29 @@ class Campaign:
         self.baseline = self.kernel.value("_fault_state()")
         if self.fault.calibrate:
             self.kernel.ok(PRE_CELL)
-            _, times = self.kernel.execute(self.fault.cell, timeout_s=self.fault.timeout_s)
+            if self.fault.before_each:
+                self.kernel.ok(self.fault.before_each)
+            _, times = self.kernel.execute(self.fault.cell, timeout_s=self.fault.timeout_s,
+                                           trigger=self.fault.calibrate_trigger, on_text=lambda text, now: [])
             self.calibration = times
+            if self.verbose:
+                print(f"    calibration: {', '.join(f'{k} {v:.3f}s' for k, v in sorted(times.items(), key=lambda kv: kv[1]))}",
+                      flush=True)
             self.kernel.value("_fault_check()")
 
     def one(self) -> Run:
         run = Run()
         k = self.kernel
         k.ok(PRE_CELL)
+        if self.fault.before_each:
+            k.ok(self.fault.before_each)
         plan = self.fault.plan(self, self.rng)
         started = time.monotonic()
         execution, times = k.execute(self.fault.cell, timeout_s=self.fault.timeout_s, **plan)
         run_s = time.monotonic() - started
+        probe = k.value(self.fault.probe)
         check = k.value("_fault_check()")
+        check["probe"] = probe
         self.fault.expect(run, execution, check, times)
         for key, before in self.baseline.items():
             after = check["state"][key]
@@ -605,10 +796,16 @@ class Campaign:
             while len(results) < self.runs:
                 try:
                     results.append(self.one())
+                    if any(f.startswith("left behind") and "active session" in f for f in results[-1].failures):
+                        self.kernel.shutdown()  # every later cell would be refused: one failure, not a cascade
+                        self.start_kernel()
                 except (TimeoutError, RuntimeError, json.JSONDecodeError, IndexError) as exc:
                     results.append(Run(failures=[f"kernel stuck or dead: {type(exc).__name__}: {str(exc)[:120]}"]))
+                    stacks = self.kernel.stacks() if isinstance(exc, TimeoutError) else ""
                     if self.verbose:
                         print(f"    {self.fault.name}: {results[-1].failures[0]}", flush=True)
+                        if stacks:
+                            print("      where the kernel was stuck:\n      " + "\n      ".join(stacks.splitlines()), flush=True)
                     self.kernel.shutdown()
                     self.start_kernel()
         finally:
@@ -633,6 +830,8 @@ class KernelKillCampaign:
     A run fails when the record is missing, does not parse, lost more than its last second, or does not
     give the run's verdict, its status "killed" and its holder (once it ran long enough to have them)."""
 
+    signum = signal.SIGKILL
+
     def __init__(self, fault: Fault, runs: int, rng: random.Random, verbose: bool) -> None:
         self.fault, self.runs, self.rng, self.verbose = fault, runs, rng, verbose
         self.records = Path(tempfile.mkdtemp(prefix="torchmem-faults-records-"))
@@ -652,10 +851,12 @@ class KernelKillCampaign:
             ran_s = self.rng.uniform(0.5, 4.0)
             time.sleep(ran_s)
             killed_at = time.time()
-            os.kill(pid, signal.SIGKILL)
-            kernel.km.provisioner.process.wait(30)  # type: ignore[union-attr]
+            os.kill(pid, self.signum)
+            code = kernel.km.provisioner.process.wait(30)  # type: ignore[union-attr]
         finally:
             kernel.shutdown()
+        if code != -self.signum:
+            run.failures.append(f"the kernel exited with {code}, not of {signal.Signals(self.signum).name}")
         run.note = "killed at 0.5–1.5 s" if ran_s < 1.5 else "killed at 1.5–3 s" if ran_s < 3 else "killed at 3–4 s"
         records = [r for r in crash_records(all_notebooks=True, directory=self.records) if r.hello.get("pid") == pid]
         if len(records) != 1:
@@ -671,6 +872,11 @@ class KernelKillCampaign:
             run.failures.append(f"lost the last {lost_s:.1f} s")
         if report.status != "killed" or (ran_s >= 1.5 and report.steps <= 0):  # the first steps take a while
             run.failures.append(f"status {report.status}, {report.steps} steps")
+        terminated = self.signum == signal.SIGTERM
+        if (record.terminated_by == "SIGTERM") != terminated or (terminated and "SIGTERM" not in (report.error or "")):
+            run.failures.append(f"the record says {record.terminated_by or 'killed'}; the report: {report.error}")
+        if terminated:
+            run.status = "killed (SIGTERM)"
         if ran_s >= 1.5 and report.verdict != "leak":
             run.failures.append(f"verdict {report.verdict}")
         if ran_s >= 1.5 and "kept" not in [s.name for s in report.suspects]:
@@ -702,6 +908,177 @@ class KernelKillCampaign:
                 else:
                     os.environ[key] = value
         return results
+
+
+class KernelTermCampaign(KernelKillCampaign):
+    """As `KernelKillCampaign`, with SIGTERM (what Jupyter's shutdown sends a kernel that does not quit
+    when asked): the kernel still dies of it, and its record says it was terminated."""
+
+    signum = signal.SIGTERM
+
+
+TWO_KERNELS_CELL = (
+    "%%memwatch --no-plot --interval 20\n"
+    "import os, time\n"
+    "model = torch.nn.Linear(32, 8); opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+    "for i in range({steps}):\n"
+    f"    {STEP}\n"
+    "    if i == 100:\n"
+    "        _s = torchmem_magic.session.active_session()\n"
+    "        print('WHERE', os.getpid(), _s.recorder.path, None if _s.ranks is None else _s.ranks.address, flush=True)\n"
+    "        del _s\n"
+    "    time.sleep(0.004)\n"
+)
+
+
+class TwoKernelsCampaign:
+    """Two kernels, each running a `%%memwatch` training cell of its own length at the same time, then
+    the usual checks in each: both reports ok with their own step counts, their runs overlapped (by the
+    kernels' own message times), their flight records and the ranks' sockets are apart (each named by
+    its own process), nothing is left in either, and the next cell of each is ok."""
+
+    def __init__(self, fault: Fault, runs: int, rng: random.Random, verbose: bool) -> None:
+        self.fault, self.runs, self.rng, self.verbose = fault, runs, rng, verbose
+        self.kernels: list[FaultKernel] = []
+        self.baselines: list[dict[str, Any]] = []
+
+    def start_kernels(self) -> None:
+        self.kernels = [FaultKernel(), FaultKernel()]
+        for k in self.kernels:
+            k.arm_stacks()
+            k.ok(SETUP)
+            k.ok(STATE_HELPER)
+            k.ok(NEXT_CELL)
+            k.ok(WARM_LOADER)
+            k.value("_fault_check()")
+        self.baselines = [k.value("_fault_state()") for k in self.kernels]
+
+    @staticmethod
+    def collect(kernel: FaultKernel, msg_id: str, timeout_s: float) -> Execution:
+        deadline = time.monotonic() + timeout_s
+        execution = Execution(reply={})
+        idle = False
+        while not (idle and execution.reply):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kernel did not finish within {timeout_s}s")
+            try:
+                msg = kernel.kc.get_iopub_msg(timeout=0.01)
+            except queue.Empty:
+                msg = None
+            if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
+                execution.iopub.append(msg)
+                idle = idle or (msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle")
+            if not execution.reply:
+                try:
+                    reply = kernel.kc.get_shell_msg(timeout=0)
+                except queue.Empty:
+                    continue
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    execution.reply = reply
+        return execution
+
+    def one(self) -> Run:
+        run = Run()
+        steps = [self.rng.randint(200, 300), self.rng.randint(350, 450)]
+        for k in self.kernels:
+            k.ok(PRE_CELL)
+        ids = [k.kc.execute(self.fault.cell.format(steps=n)) for k, n in zip(self.kernels, steps)]
+        executions = [self.collect(k, i, self.fault.timeout_s) for k, i in zip(self.kernels, ids)]
+        where = []
+        for e in executions:
+            said = [(found.groups(), m["header"]["date"]) for m in e.of_type("stream")
+                    for found in [re.search(r"^WHERE (\d+) (\S+) (\S+)", m["content"]["text"], re.M)] if found]
+            where.append((["WHERE", *said[0][0]], said[0][1]) if said else ([], None))
+        if any(not w for w, _ in where):
+            run.failures.append("a cell did not say where it records")
+        else:
+            (a, a_at), (b, b_at) = where
+            replies = [e.reply["header"]["date"] for e in executions]
+            if not (a_at < replies[1] and b_at < replies[0]):
+                run.failures.append("the two runs did not overlap")
+            if a[1] == b[1] or f"-{a[1]}-" not in a[2] or f"-{b[1]}-" not in b[2]:
+                run.failures.append(f"flight records mixed up: {a[2]} {b[2]}")
+            if a[3] != "None" and a[3] == b[3]:
+                run.failures.append(f"one ranks socket for both: {a[3]}")
+            run.note = "overlapped"
+        statuses = []
+        for k, e, n, baseline in zip(self.kernels, executions, steps, self.baselines):
+            check = k.value("_fault_check()")
+            report = check["report"] or {}
+            statuses.append(str(report.get("status")))
+            if e.reply["content"]["status"] != "ok" or "memwatch: ok" not in e.stdout:
+                run.failures.append(f"cell: {ename(e) or report.get('status')}")
+            if report.get("steps") != n:
+                run.failures.append(f"steps {report.get('steps')} in the report of a run of {n}")
+            for key, before in baseline.items():
+                if check["state"][key] != before:
+                    run.failures.append(f"left behind: {key} {before} -> {check['state'][key]}")
+            if check["alive"]:
+                run.failures.append(f"tensor kept alive: {', '.join(check['alive'])}")
+            nxt, _ = k.execute(NEXT_CELL, timeout_s=self.fault.timeout_s)
+            if nxt.reply["content"]["status"] != "ok" or "memwatch: ok" not in nxt.stdout:
+                run.failures.append(f"next cell: {ename(nxt)}")
+            k.value("_fault_check()")
+        pids = [w[1] for w, _ in where if w]
+        left = [p.name for p in records_directory().glob("*.jsonl") if any(f"-{pid}-" in p.name for pid in pids)]
+        if left:
+            run.failures.append(f"records left: {left}")
+        run.status = " ".join(statuses)
+        if self.verbose:
+            print(f"    {self.fault.name} steps {steps} {run.note:10} status={run.status} {'; '.join(run.failures) or 'ok'}",
+                  flush=True)
+        return run
+
+    def run_all(self) -> list[Run]:
+        results: list[Run] = []
+        self.start_kernels()
+        try:
+            while len(results) < self.runs:
+                try:
+                    results.append(self.one())
+                except (TimeoutError, RuntimeError, json.JSONDecodeError, IndexError) as exc:
+                    results.append(Run(failures=[f"kernel stuck or dead: {type(exc).__name__}: {str(exc)[:120]}"]))
+                    if self.verbose:
+                        print(f"    {self.fault.name}: {results[-1].failures[0]}", flush=True)
+                        for k in self.kernels:
+                            print("      " + "\n      ".join(k.stacks().splitlines()), flush=True)
+                    for k in self.kernels:
+                        k.shutdown()
+                    self.start_kernels()
+        finally:
+            for k in self.kernels:
+                k.shutdown()
+        return results
+
+
+def records_directory() -> Path:
+    """Where the campaign's kernels keep their flight records (its own directory, set by `main`)."""
+    return Path(os.environ["TORCHMEM_MAGIC_RECORD_DIR"])
+
+
+def mount_record_dirs() -> str:
+    """A full 64 KiB tmpfs and a read-only tmpfs for the flight records (root: mount; else say so)."""
+    for path in (FULL_RECORDS, READ_ONLY_RECORDS):
+        path.mkdir(exist_ok=True)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], capture_output=True).returncode:
+            return "not mounted (not root): plain directories"
+    with open(FULL_RECORDS / "fill", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    subprocess.run(["mount", "-o", "remount,ro", str(READ_ONLY_RECORDS)], capture_output=True, check=True)
+    return "a full 64 KiB tmpfs, a read-only tmpfs"
+
+
+def unmount_record_dirs() -> None:
+    for path in (FULL_RECORDS, READ_ONLY_RECORDS):
+        subprocess.run(["umount", str(path)], capture_output=True)
+        try:
+            path.rmdir()
+        except OSError:
+            pass
 
 
 def burners(count: int) -> list[subprocess.Popen[bytes]]:
@@ -746,10 +1123,11 @@ def summarise(fault: Fault, results: list[Run]) -> dict[str, Any]:
     }
 
 
-def render(rows: list[dict[str, Any]], load: str, shm: str, seconds: float, spinning: int) -> str:
+def render(rows: list[dict[str, Any]], load: str, shm: str, record_dirs: str, seconds: float, spinning: int) -> str:
     lines = [
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, {spinning} "
-        f"`while True: pass` processes beside the kernel ({load}); `--shm-path` target: {shm}. Produced by `python bench/faults.py` "
+        f"`while True: pass` processes beside the kernel ({load}); `--shm-path` target: {shm}; flight-record "
+        f"directories: {record_dirs}. Produced by `python bench/faults.py` "
         f"on {datetime.date.today()} in {seconds / 60:.0f} min.",
         "",
         "| fault | runs | failures | what failed | statuses seen | where it landed |",
@@ -790,20 +1168,32 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated fault names")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--burners", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=None,
+                        help="how long a cell may run before the kernel counts as stuck (default: each fault's, 180 s)")
     parser.add_argument("--no-write", "--no-readme", dest="no_write", action="store_true",
                         help="print the table only, leave the docs page as it is")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args()
     chosen = [f for f in faults() if not args.only or f.name in args.only.split(",")]
+    if args.timeout_s is not None:
+        for fault in chosen:
+            fault.timeout_s = args.timeout_s
     if not chosen:
         raise SystemExit(f"no fault named {args.only!r}; known: {', '.join(f.name for f in faults())}")
     rng = random.Random(args.seed)
     started = time.monotonic()
-    shm = mount_small_shm()
-    spinning = burners(args.burners)
-    loads = [os.getloadavg()[0]]
+    # a termination of the campaign itself (kill) still kills its burners and unmounts its filesystems
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"terminated ({signal.Signals(signum).name})"))
+    records = tempfile.TemporaryDirectory(prefix="torchmem-faults-records-")
+    saved_records = os.environ.get("TORCHMEM_MAGIC_RECORD_DIR")
+    os.environ["TORCHMEM_MAGIC_RECORD_DIR"] = records.name  # the kernels inherit it: never the user's cache
+    spinning: list[subprocess.Popen[bytes]] = []
     rows = []
     try:
+        shm = mount_small_shm()
+        record_dirs = mount_record_dirs()
+        spinning = burners(args.burners)
+        loads = [os.getloadavg()[0]]
         for fault in chosen:
             print(f"{fault.name}: {fault.what}", flush=True)
             results = (fault.campaign or Campaign)(fault, args.runs, rng, not args.quiet).run_all()
@@ -815,8 +1205,14 @@ def main() -> None:
             p.kill()
             p.wait()
         unmount_small_shm()
+        unmount_record_dirs()
+        if saved_records is None:
+            os.environ.pop("TORCHMEM_MAGIC_RECORD_DIR", None)
+        else:
+            os.environ["TORCHMEM_MAGIC_RECORD_DIR"] = saved_records
+        records.cleanup()
     load = f"1-min load average {min(loads[1:] or loads):.1f}–{max(loads):.1f} during the runs"
-    section = render(rows, load, shm, time.monotonic() - started, args.burners)
+    section = render(rows, load, shm, record_dirs, time.monotonic() - started, args.burners)
     print(section)
     if not args.no_write:
         if args.only:

@@ -119,12 +119,20 @@ def load_ipython_extension(ipython: Any) -> None:
     global _crash_announced
     if not _crash_announced:  # once per kernel: a run of this notebook whose kernel died, if any
         _crash_announced = True
+        import sys
+
+        from .late_interrupts import drop_late_interrupts
+
         try:
             show_last_crash(announce=True)
+        except KeyboardInterrupt:  # the magics are registered by now; the record stays unshown
+            print("torchmem_magic: interrupted while the record of a dead kernel's run was shown; the extension "
+                  "is loaded, and %memwatch --last shows that record", file=sys.stderr)
+            raise
         except Exception as exc:  # a broken record must never break loading the extension
-            import sys
-
             print(f"torchmem_magic: could not read the flight records ({type(exc).__name__}: {exc})", file=sys.stderr)
+        finally:  # showing a record takes a while: a Ctrl-C that comes just after must not lose the reply
+            drop_late_interrupts(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -141,13 +141,16 @@ def death_explanation(
     oom_kills_before: dict[str, int],
     oom_kills_now: dict[str, int],
     last_verdict: str | None,
+    terminated_by: str | None = None,
 ) -> list[str]:
     """How a process that died during a watched run died, as far as its record can tell: when, its last
     readings against their limits, and the likeliest cause, said plainly when it cannot be known.
 
     `oom_kills_*` are the kernel's OOM-kill counters (the system's, each cgroup's) when the run began
-    and now: one that went up counts kills since then, this process's most likely among them."""
-    lines = [f"the kernel died during this run, at about {died_at}, {format_duration(ran_s)} and {steps:,} steps in"]
+    and now: one that went up counts kills since then, this process's most likely among them.
+    `terminated_by`: the signal that terminated it, when its record says so (the cause is known then)."""
+    how = "died" if terminated_by is None else f"was terminated ({terminated_by})"
+    lines = [f"the kernel {how} during this run, at about {died_at}, {format_duration(ran_s)} and {steps:,} steps in"]
     readings = [f"RAM {format_bytes(ram_bytes)} of {format_bytes(ram_limit_bytes)} ({ram_limit_source})"]
     ram_share = _share(ram_bytes, ram_limit_bytes)
     shm_share = _share(shm_bytes, shm_total_bytes)
@@ -167,7 +170,12 @@ def death_explanation(
         at_limit.append(f"/dev/shm was {shm_share:.0%} full")
     if vram_share is not None and vram_share >= NEAR_FULL:
         at_limit.append(f"VRAM was {vram_share:.0%} reserved")
-    if kills:
+    if terminated_by is not None:
+        lines.append(
+            f"{terminated_by} ended it from outside (a shutdown or restart of the kernel, a job scheduler's stop, "
+            "a kill command): not the lack of a resource" + (f", although {'; '.join(at_limit)}" if at_limit else "")
+        )
+    elif kills:
         where = ", ".join(f"{n} in {'the system' if k == 'system' else k.removeprefix('cgroup:')}" for k, n in kills.items())
         cause = f"the OOM killer killed processes since the run began ({where}): most likely this kernel"
         lines.append(cause + (f"; {'; '.join(at_limit)}" if at_limit else ""))

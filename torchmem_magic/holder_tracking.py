@@ -185,15 +185,16 @@ class HolderTracker:
             if not full:
                 roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
             result = scan_roots(roots, self._budget, plain_lists=self._plain_lists) if roots else None
+            if result is not None:
+                self._record(step, result.roots)
+                with self._lock:
+                    self._object_ids.update((r.name, id(r.obj)) for r in roots if r.name in self._series)
         except KeyboardInterrupt as interrupt:
-            # a SIGINT mid-scan (it runs on the training thread): raised without the scan's frames, which
-            # hold the user's objects (IPython keeps the traceback as sys.last_traceback)
+            # a SIGINT mid-scan (it runs on the training thread), also while its results are filed: raised
+            # without the scan's frames, which hold the user's objects (IPython keeps the traceback as
+            # sys.last_traceback)
             roots = []
             raise interrupt.with_traceback(None) from None
-        if result is not None:
-            self._record(step, result.roots)
-            with self._lock:
-                self._object_ids.update((r.name, id(r.obj)) for r in roots if r.name in self._series)
         del roots
         self.scans += 1
         now, cpu_s = self._clock(), self._cpu_clock() - cpu_started

@@ -20,6 +20,7 @@ from IPython.display import HTML, display
 from .agent.rank import adopt_forked
 from .check import check_roots
 from .flight.recorder import FlightRecorder
+from .late_interrupts import drop_late_interrupts
 from .forensics import parse_worker_death
 from .leak_finder import LeakSearch
 from .live_route import LiveRoute, route_for_kernel
@@ -123,6 +124,14 @@ class MemwatchMagics(Magics):
         """
         __tracebackhide__ = True
         try:
+            return self._memwatch(line, cell)
+        finally:
+            if cell is not None:  # a Ctrl-C from now on finds the cell over: its reply must still go out
+                drop_late_interrupts(self.shell)
+
+    def _memwatch(self, line: str, cell: str | None) -> Any:
+        __tracebackhide__ = True
+        try:
             args = parse_argstring(self.memwatch, line)
         except UsageError as exc:
             raise UsageError(f"%%memwatch: {exc} (see %%memwatch?)") from None
@@ -167,28 +176,44 @@ class MemwatchMagics(Magics):
             report = self._stop_and_show(session, exc, args, plot)
             return report if args.return_report else None
         except BaseException as exc:
-            # torch's SIGCHLD handler raises a DataLoader worker's death into whatever line runs, also here
-            # before stop() has begun: the session must still stop (else its thread and hooks stay, and
-            # every later cell is refused as nested); the report explains the death
-            for attempt in range(4):
-                try:
-                    if session.running:
-                        self._stop_and_show(session, exc, args, plot)
-                    break
-                except Exception as death:
-                    if attempt == 3 or session.report is not None or parse_worker_death(str(death)) is None:
-                        raise
+            # the session must stop whatever cuts in (else its thread and hooks stay, and every later cell is
+            # refused as nested): a second Ctrl-C can land before stop() has begun (seen at this block's very
+            # first line), so the stop is in a `try` of this frame, retried once on an interrupt
+            try:
+                self._end(session, exc, args, plot)
+            except KeyboardInterrupt:
+                if session.report is not None:  # one while the report was shown: it stops the cell
+                    raise
+                self._end(session, exc, args, plot)
             if session.report is None and isinstance(exc, KeyboardInterrupt):  # while the figure was made or the session started
                 print("torchmem_magic: interrupted before the cell ran (while memwatch started); nothing was "
                       "measured", file=sys.stderr)
                 raise exc.with_traceback(None) from None  # its frames (the start's scan) hold user objects
             raise
-        report = self._stop_and_show(session, None, args, plot)
+        try:
+            report = self._end(session, None, args, plot)
+        except KeyboardInterrupt as interrupt:  # a Ctrl-C as the body ended, before stop() took over
+            if session.report is not None:
+                raise
+            self._end(session, interrupt, args, plot)
+            raise
         if args.return_report:
             if value is not None:
                 display(value)
             return report
         return value
+
+    def _end(self, session: MemwatchSession, exc: BaseException | None, args: Any, plot: bool) -> Any:
+        """`_stop_and_show` unless the session never ran; again when torch's SIGCHLD handler raised a
+        DataLoader worker's death before stop() had begun (it raises into whatever line runs; the report
+        explains the death). The caller retries it on a KeyboardInterrupt (one can land at its first line)."""
+        for attempt in range(4):
+            try:
+                return self._stop_and_show(session, exc, args, plot) if session.running else session.report
+            except Exception as death:
+                if attempt == 3 or session.report is not None or parse_worker_death(str(death)) is None:
+                    raise
+        return session.report
 
     def _stop_and_show(self, session: MemwatchSession, exc: BaseException | None, args: Any, plot: bool) -> Any:
         """End the session and render its report, also when stop() raises a DataLoader worker's death
@@ -271,32 +296,33 @@ class MemwatchMagics(Magics):
 
 
 HELP_FLAGS = ("-h", "--help")
-_unrecorded_noted = False
 
 
 def _note_unrecorded(recorder: FlightRecorder | None) -> None:
-    """Say once per kernel that runs go unrecorded (a read-only or full disk), and why."""
-    global _unrecorded_noted
-    if recorder is not None and recorder.unavailable and not _unrecorded_noted:
-        _unrecorded_noted = True
-        print(f"torchmem_magic: {recorder.unavailable} (runs are watched, but not recorded)", file=sys.stderr)
+    """Say in one line that this run went unrecorded (a read-only or full disk), and why: each such run,
+    since what it costs is this run's (a kernel that dies during it is not shown afterwards)."""
+    if recorder is not None and recorder.unavailable:
+        print(f"torchmem_magic: {recorder.unavailable} (the run was watched, but had the kernel died it could not "
+              "be shown afterwards; --no-record keeps none)", file=sys.stderr)
 
 
 def show_last_crash(announce: bool = False) -> Any:
     """`%memwatch --last`: the report of this notebook's last run whose kernel died, shown; with
     `announce` (the first `%load_ext` of a kernel) only a record not shown before, and a headline."""
-    from .flight.crashes import last_crash, unshown_crash
+    from .flight.crashes import last_crash, mark_shown, unshown_crash
 
     report: Any
+    announced = None
     if announce:
         found = unshown_crash()
         if found is None:
             return None
-        report, record = found
+        report, announced = found
         print(
             "torchmem_magic: the kernel of this notebook died while %%memwatch watched it; its record "
-            f"(kept in {record.path.parent} until torchmem_magic.clear_crashes()):",
+            f"(kept in {announced.path.parent} until torchmem_magic.clear_crashes()):",
             file=sys.stderr if not shell_has_kernel() else sys.stdout,
+            flush=True,  # before the report, which takes a while to draw
         )
     else:
         report = last_crash()
@@ -307,6 +333,8 @@ def show_last_crash(announce: bool = False) -> Any:
         display(report)
     else:
         print(report_long_text(report))
+    if announced is not None:  # only once it was shown: an interrupted display shows it again in the next kernel
+        mark_shown(announced)
     return None
 
 

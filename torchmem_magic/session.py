@@ -11,10 +11,12 @@ left behind after an exception or KeyboardInterrupt.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .grad_mode import grad_enabled, restore_after_cut_step
 from .guard import MemoryGuard
 from .hooks import LoaderPass, StepClock, TrainingHooks
 from .leak_finder import LeakFinder, LeakSearch
@@ -106,6 +108,7 @@ class MemwatchSession:
         self.report: Report | None = None
         self._hooks: TrainingHooks | None = None
         self._sampler: Sampler | None = None
+        self._grad_enabled_at_start = True
 
     @property
     def running(self) -> bool:
@@ -228,6 +231,7 @@ class MemwatchSession:
             _registry.active = self
         options = self.options
         try:
+            self._grad_enabled_at_start = grad_enabled()
             probes = self.probes = ProbeBundle(options.shm_path, self._devices)
             if options.watch_ranks:
                 from .ranks.feed import RankFeeds
@@ -330,6 +334,9 @@ class MemwatchSession:
             ending.run(self._teardown)
         finally:
             self.runtime.end()
+        if restore_after_cut_step(exc, self._grad_enabled_at_start):
+            print("torchmem_magic: the interrupt cut into the optimizer's step as it put autograd's grad mode back; "
+                  f"grad mode is {'on' if self._grad_enabled_at_start else 'off'} again, as before the run", file=sys.stderr)
 
         def make_report(scan: bool) -> None:
             self._final_readings()

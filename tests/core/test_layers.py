@@ -24,14 +24,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("results", ("results",)),
     ("assembly", ("suspects", "merge", "report", "saved", "check", "compare", "ranks.protocol", "ranks.job")),
     ("gathering", (
-        "probes", "probes.", "hooks", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
+        "probes", "probes.", "hooks", "grad_mode", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
         "ranks", "ranks.transport", "ranks.relay", "ranks.feed", "ranks.live", "ranks.settings", "flight",
         "ranks.store_client", "ranks.publisher", "ranks.remote", "ranks.launch_env",
         "flight.recorder", "flight.crashes",
     )),
     ("session", ("steps", "leak_finder", "lifecycle", "live_view", "session")),
     ("widgets", ("widgets", "widgets.")),
-    ("front ends", ("api", "gate", "magics", "command", "watch_status", "watch_metrics", "pytest_plugin", "agent", "agent.", "__main__", "")),
+    ("front ends", ("api", "gate", "magics", "late_interrupts", "command", "watch_status", "watch_metrics", "pytest_plugin", "agent", "agent.", "__main__", "")),
 )
 #: the bottom of the stack, up to the report's assembly and the ranks' wire format: decides and formats,
 #: never measures, and imports nothing but the standard library

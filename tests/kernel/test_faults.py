@@ -137,3 +137,66 @@ def test_a_worker_death_raised_before_stop_begins_still_stops_the_session(kernel
     assert kernel.value(LEFT) == [[], 0, True]
     assert kernel.value("[t.name for t in threading.enumerate() if 'torchmem' in t.name]") == []
     assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+# a SIGINT that comes after the cell's code is over, while ipykernel assembles the reply (it reads the
+# payloads after IPython's run_cell returned): armed by the cell, sent by ipykernel's own call
+LATE_INTERRUPT = """\
+_tm_late = {"armed": False}
+def _tm_arm_late_interrupt():
+    import os, signal
+    manager = get_ipython().payload_manager
+    namespace = {"os": os, "signal": signal, "real": manager.read_payload, "state": _tm_late}
+    exec("def read_payload():\\n"
+         "    if state['armed']:\\n"
+         "        state['armed'] = False\\n"
+         "        os.kill(os.getpid(), signal.SIGINT)\\n"
+         "        for _ in range(1000): pass  # the handler runs here, in ipykernel's call\\n"
+         "    return real()\\n", namespace)
+    manager.read_payload = namespace["read_payload"]
+_tm_arm_late_interrupt()
+"""
+
+
+def test_a_ctrl_c_just_after_the_cell_ended_does_not_lose_its_reply(kernel: Kernel) -> None:
+    """Seen in the campaign (report_interrupt, double_interrupt): the SIGINT landed in ipykernel's code
+    after the cell, which logged "KeyboardInterrupt caught in kernel" and never sent the reply."""
+    kernel.ok(LATE_INTERRUPT)
+    try:
+        execution = kernel.execute("%%memwatch --no-plot\n_tm_late['armed'] = True\n", timeout_s=60)
+    finally:
+        kernel.ok("del get_ipython().payload_manager.read_payload")
+    assert execution.status == "ok" and "memwatch: ok" in execution.stdout
+    assert kernel.value("_tm_late['armed']") is False  # the interrupt was sent
+    assert kernel.value("repr(__import__('signal').getsignal(2))").startswith("<built-in function default_int_handler")
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+# a second Ctrl-C landing at the very start of the end (as a SIGINT can at the first line of a function, before
+# any `try` of it): the first call that would stop the session raises it instead
+INTERRUPTED_END = """\
+import torchmem_magic.magics as _tm_magics
+_tm_real_stop_and_show = _tm_magics.MemwatchMagics._stop_and_show
+_tm_stops = []
+def _tm_interrupted_stop_and_show(self, *args, **kwargs):
+    if not _tm_stops:
+        _tm_stops.append(1)
+        raise KeyboardInterrupt
+    return _tm_real_stop_and_show(self, *args, **kwargs)
+_tm_magics.MemwatchMagics._stop_and_show = _tm_interrupted_stop_and_show
+"""
+
+
+@pytest.mark.parametrize("body", ["raise KeyboardInterrupt  # the first Ctrl-C, in the loop", "x = 1  # the body ended"])
+def test_a_ctrl_c_before_the_stop_began_still_stops_the_session_and_reports(kernel: Kernel, body: str) -> None:
+    """Seen in the campaign (double_interrupt): the second SIGINT landed on the first line of the magic's
+    `except` block, before the stop began; the session stayed active and every later cell was refused."""
+    kernel.ok(INTERRUPTED_END)
+    try:
+        execution = kernel.execute(f"%%memwatch --no-plot\n{body}\n")
+    finally:
+        kernel.ok("_tm_magics.MemwatchMagics._stop_and_show = _tm_real_stop_and_show")
+    assert execution.status == "error" and execution.error is not None and execution.error["ename"] == "KeyboardInterrupt"
+    assert "memwatch: interrupted" in execution.stdout
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")

@@ -46,15 +46,15 @@ def _start(kernels: list[Kernel], setup: str = SETUP) -> Kernel:
     return k
 
 
-def _kill_mid_run(kernels: list[Kernel], run_s: float = 3.0) -> float:
-    """Start the leaking run, SIGKILL the kernel after `run_s`; when it was killed (wall clock)."""
+def _kill_mid_run(kernels: list[Kernel], run_s: float = 3.0, signum: int = signal.SIGKILL) -> float:
+    """Start the leaking run, send the kernel `signum` after `run_s`; when it was sent (wall clock)."""
     k = _start(kernels)
     k.ok(PREPARE)
     k.kc.execute(LEAKING_RUN)
     time.sleep(run_s)
     killed_at = time.time()
-    os.kill(k.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-    k.km.provisioner.process.wait(10)  # type: ignore[union-attr]
+    os.kill(k.km.provisioner.process.pid, signum)  # type: ignore[union-attr]
+    assert k.km.provisioner.process.wait(10) == -signum  # type: ignore[union-attr]  # it died of it
     return killed_at
 
 
@@ -153,3 +153,44 @@ def test_a_real_oom_kill_is_told_as_the_oom_killer(notebook: Path, kernels: list
     advice = after.value("list(torchmem_magic.last_crash().advice)")
     assert any(line.startswith("the OOM killer killed processes since the run began") for line in advice), advice
     assert not any("is OOM-killed in" in line for line in advice), advice
+
+
+# `%load_ext` in a kernel whose notebook has a dead run's record, with the Ctrl-C landing while the record
+# is shown: the report's display raises it, as a SIGINT would there
+INTERRUPTED_DISPLAY = """\
+import IPython.display as _tm_display
+_tm_real_display = _tm_display.display
+def _tm_interrupted_display(obj, **kw):
+    if type(obj).__name__ == "Report":
+        raise KeyboardInterrupt
+    return _tm_real_display(obj, **kw)
+_tm_display.display = _tm_interrupted_display
+"""
+
+
+def test_an_interrupt_while_load_ext_shows_a_dead_run_keeps_the_extension_and_the_record(
+    notebook: Path, kernels: list[Kernel]
+) -> None:
+    _kill_mid_run(kernels, run_s=2.0)
+    k = _start(kernels, "import torch\n" + INTERRUPTED_DISPLAY)
+    loading = k.execute("%load_ext torchmem_magic")
+    k.ok("import torchmem_magic.magics as _tm_m\n_tm_display.display = _tm_m.display = _tm_real_display")  # magics took it at import
+    assert loading.status == "error" and loading.error is not None and loading.error["ename"] == "KeyboardInterrupt"
+    assert "the extension is loaded, and %memwatch --last shows that record" in loading.stderr
+    records = list((notebook / "records").iterdir())
+    assert len(records) == 1 and not records[0].name.endswith(".shown.jsonl")  # not marked shown: it was not
+    assert "memwatch: killed" in _shown(k.ok("%memwatch --last"))  # the magics are there
+    assert k.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+def test_a_kernel_terminated_mid_run_dies_and_the_next_kernel_says_it_was_terminated(
+    notebook: Path, kernels: list[Kernel]
+) -> None:
+    """SIGTERM is how Jupyter's shutdown ends a kernel that did not quit when asked."""
+    terminated_at = _kill_mid_run(kernels, run_s=2.0, signum=signal.SIGTERM)
+    k = _start(kernels, "import torch")
+    shown = _shown(k.ok("%load_ext torchmem_magic\nimport torchmem_magic"))
+    assert "the kernel was terminated (SIGTERM) during this run" in shown
+    assert "stopped by its kernel's termination (SIGTERM)" in shown
+    died = k.value("__import__('torchmem_magic.flight.crashes').flight.crashes.crash_records()[0].died_wall_s")
+    assert abs(terminated_at - died) < 1.0

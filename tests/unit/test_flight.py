@@ -146,3 +146,78 @@ def test_a_death_is_explained_by_the_limit_it_was_at_and_plainly_when_it_cannot_
     lines = _explain(last_verdict="leak: per-iteration in heap")
     assert lines[0] == "the kernel died during this run, at about 2026-11-30 12:00:00, 1.6 min and 1,200 steps in"
     assert "the live verdict then: leak: per-iteration in heap" in lines
+
+
+class _FullDisk:
+    """The recorder's `os`, on a disk that takes a new file but no byte more (a full tmpfs)."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    @staticmethod
+    def write(fd: int, data: bytes) -> int:
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_leaves_no_empty_record_and_says_why_the_run_is_not_recorded(
+    record_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    monkeypatch.setattr(recorder_module, "os", _FullDisk())
+    handler = signal.getsignal(signal.SIGTERM)
+    recorder = FlightRecorder("x = 1")
+    with _recorded_session(recorder) as session:
+        assert signal.getsignal(signal.SIGTERM) == handler  # nothing to mark on a termination
+        assert list(record_dir.iterdir()) == []  # no empty record for the next kernel to stumble on
+    assert session.report is not None and session.report.status == "ok"
+    assert recorder.unavailable is not None and recorder.unavailable.startswith("no flight record: [Errno 28]")
+    assert list(record_dir.iterdir()) == []
+
+
+def test_a_sigterm_is_written_to_the_record_then_handed_to_the_handler_it_replaced(record_dir: Path) -> None:
+    import signal
+
+    terminations: list[int] = []
+    saved = signal.signal(signal.SIGTERM, lambda signum, frame: terminations.append(signum))
+    try:
+        recorder = FlightRecorder("loop")
+        with _recorded_session(recorder):
+            signal.raise_signal(signal.SIGTERM)
+            assert terminations == [signal.SIGTERM]  # chained, never swallowed
+            assert recorder.path is not None
+            record = read_record(recorder.path)
+        assert record is not None and record.terminated_by == "SIGTERM"
+        report = crash_report(record)
+        assert report.status == "killed" and "termination (SIGTERM)" in (report.error or "")
+        assert any(a.startswith("SIGTERM ended it from outside") for a in report.advice)
+        assert signal.getsignal(signal.SIGTERM) is not recorder._on_sigterm  # put back when the run ended
+        signal.raise_signal(signal.SIGTERM)
+        assert terminations == [signal.SIGTERM] * 2
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+TERMINATED_RUN = """
+import os, signal, time, torch
+from torchmem_magic import MemwatchSession
+from torchmem_magic.flight.recorder import FlightRecorder
+from torchmem_magic.options import SessionOptions
+with MemwatchSession(SessionOptions(10), recorder=FlightRecorder("terminated")):
+    for step in range(10**6):
+        torch.ones(64).sum()
+        if step == 200:
+            os.kill(os.getpid(), signal.SIGTERM)  # the default handler before the run: the process dies
+print("survived the termination")
+"""
+
+
+def test_a_process_terminated_mid_run_dies_of_it_and_its_record_says_terminated(record_dir: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", TERMINATED_RUN], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -15, done.stderr[-2000:]
+    assert "survived" not in done.stdout
+    records = crash_records(all_notebooks=True, directory=record_dir)
+    assert len(records) == 1 and records[0].terminated_by == "SIGTERM"
+    assert crash_report(records[0]).status == "killed"

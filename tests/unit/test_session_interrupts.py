@@ -148,3 +148,86 @@ def test_a_second_interrupt_while_the_sources_close_neither_loses_the_report_nor
         pytest.fail("the second interrupt escaped stop()")
     assert report.status == "interrupted" and last_report() is report
     assert _left_behind() == []
+
+
+class _KernelShell:
+    """What `drop_late_interrupts` reads of a kernel's shell: that it has a kernel, and the user's namespace."""
+
+    def __init__(self) -> None:
+        self.kernel = object()
+        self.user_global_ns: dict[str, Any] = {}
+
+
+def test_a_ctrl_c_after_the_cell_ended_is_dropped_and_one_during_user_code_still_interrupts() -> None:
+    """Seen in the campaign (report_interrupt, double_interrupt): a SIGINT after the cell magic returned
+    landed in ipykernel's own code, which caught it and never sent the cell's reply."""
+    import signal
+
+    from torchmem_magic import late_interrupts
+
+    shell = _KernelShell()
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # as ipykernel sets it for a request
+    try:
+        assert late_interrupts.drop_late_interrupts(shell)
+        dropped = late_interrupts.dropped
+        signal.raise_signal(signal.SIGINT)  # the cell is over: no frame of the user's is running
+        assert late_interrupts.dropped == dropped + 1
+        shell.user_global_ns["raise_signal"] = signal.raise_signal
+        with pytest.raises(KeyboardInterrupt):  # a cell that ran %%memwatch through run_cell goes on
+            exec("raise_signal(2)\nfor _ in range(10): pass\n", shell.user_global_ns)
+        assert not late_interrupts.drop_late_interrupts(shell)  # installed once, over the default handler only
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        assert not late_interrupts.drop_late_interrupts(object())  # no kernel: terminal IPython keeps its own
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
+def test_an_interrupt_as_the_optimizer_puts_grad_mode_back_leaves_it_as_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the campaign (loop_interrupt): the SIGINT landed in the `finally` of torch's step wrapper,
+    which left autograd off, and every later cell's backward() failed."""
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(2, 4)).sum().backward()
+    real = torch.set_grad_enabled
+    calls: list[bool] = []
+
+    def set_grad_enabled(mode: bool) -> Any:
+        calls.append(mode)
+        if len(calls) == 2:  # the step's `finally`, putting the caller's mode back
+            raise KeyboardInterrupt
+        return real(mode)
+
+    session = MemwatchSession(SessionOptions(10)).start()
+    try:
+        monkeypatch.setattr(torch, "set_grad_enabled", set_grad_enabled)
+        with pytest.raises(KeyboardInterrupt) as raised:
+            optimizer.step()
+        monkeypatch.undo()
+        assert not torch.is_grad_enabled()  # what torch left behind
+        report = session.stop(raised.value)
+        assert report.status == "interrupted"
+        assert torch.is_grad_enabled()
+    finally:
+        real(True)
+        session.stop()
+
+
+def test_an_interrupt_while_a_holder_scan_files_its_results_keeps_no_user_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the campaign (loop_interrupt): the SIGINT landed after the scan itself, while its results were
+    filed (the scanned roots still in the frame)."""
+    import torchmem_magic.holder_tracking as tracking
+
+    def record(self: Any, step: int, measured: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tracking.HolderTracker, "_record", record)
+    kept = [torch.ones(1 << 16)]
+    tracker = tracking.HolderTracker(lambda: [Root("kept", "user", "kept", kept)])
+    with pytest.raises(KeyboardInterrupt) as raised:
+        tracker.scan(1)
+    ref = weakref.ref(kept[0])
+    del kept
+    gc.collect()
+    assert ref() is None, "the interrupt's traceback keeps the scanned objects alive"
+    assert raised.value is not None

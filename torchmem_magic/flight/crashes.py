@@ -36,6 +36,8 @@ class CrashRecord:
     verdict: dict[str, Any] | None = None
     skipped_lines: int = 0  # lines that did not parse (a write the kill cut short)
     devices: tuple[DeviceMemory, ...] = field(default=())
+    terminated_by: str | None = None  # the signal's name when the process was terminated (SIGTERM), not killed
+    terminated_wall_s: float | None = None
 
     @property
     def shown(self) -> bool:
@@ -47,7 +49,10 @@ class CrashRecord:
 
     @property
     def died_wall_s(self) -> float:
-        """When its last line was written: it died within a flush period (half a second) after."""
+        """When its last line was written: it died within a flush period (half a second) after (at
+        once, for a termination: its handler wrote the last line)."""
+        if self.terminated_wall_s is not None:
+            return self.terminated_wall_s
         return self.started_wall_s + self.feed.elapsed_s
 
 
@@ -60,6 +65,7 @@ def read_record(path: Path) -> CrashRecord | None:
     hello: dict[str, Any] | None = None
     feed = RankFeed(pid=0)
     verdict = None
+    terminated: tuple[str, float] | None = None
     skipped = 0
     for line in data.splitlines():
         try:
@@ -75,12 +81,17 @@ def read_record(path: Path) -> CrashRecord | None:
             feed.pid = int(message.get("pid", 0))
         elif message["k"] == "verdict":
             verdict = message
+        elif message["k"] == "terminated":
+            terminated = (str(message.get("signal", "SIGTERM")), float(message.get("wall_s", 0.0)))
         if isinstance(message.get("pid"), int):
             apply_message(feed, message, now_s=feed.elapsed_s, watcher_started_wall_s=0.0)
     if hello is None:
         return None
     devices = tuple(from_schema_dict(DeviceMemory, d) for d in hello.get("devices", ()))
-    return CrashRecord(path, hello, feed, verdict, skipped, devices)
+    record = CrashRecord(path, hello, feed, verdict, skipped, devices)
+    if terminated is not None:
+        record.terminated_by, record.terminated_wall_s = terminated
+    return record
 
 
 def _own(path: Path) -> bool:
@@ -134,10 +145,12 @@ def crash_report(record: CrashRecord) -> Report:
         oom_kills_before=dict(hello.get("oom_kills", {})),
         oom_kills_now=oom_kill_counts(),
         last_verdict=None if record.verdict is None else str(record.verdict.get("text")),
+        terminated_by=record.terminated_by,
     )
     advice = tuple(a for a in report.advice if "is OOM-killed in" not in a)  # a projection: it came true
+    error = "the death of its kernel" if record.terminated_by is None else f"its kernel's termination ({record.terminated_by})"
     return replace(
-        report, status="killed", error="the death of its kernel", advice=(*lines, *advice),
+        report, status="killed", error=error, advice=(*lines, *advice),
         steps_to_exhaustion=None, seconds_to_exhaustion=None,
     )
 
@@ -162,17 +175,21 @@ def clear_crashes(all_notebooks: bool = False) -> int:
 
 
 def unshown_crash() -> tuple[Report, CrashRecord] | None:
-    """The newest record of this notebook not shown yet, marked shown (what the first `%load_ext`
-    of a new kernel tells once)."""
+    """The newest record of this notebook not shown yet (what the first `%load_ext` of a new kernel
+    tells once: `mark_shown` once it was shown, so that a display cut short shows it again)."""
     for record in crash_records():
-        if record.shown:
-            continue
-        shown = record.path.with_name(record.path.name[: -len(SUFFIX)] + SHOWN_SUFFIX)
-        try:
-            os.replace(record.path, shown)
-        except OSError:
-            pass
-        else:
-            record.path = shown
-        return crash_report(record), record
+        if not record.shown:
+            return crash_report(record), record
     return None
+
+
+def mark_shown(record: CrashRecord) -> None:
+    """Rename the record as shown (it stays for `last_crash()` until `clear_crashes()`)."""
+    if record.shown:
+        return
+    shown = record.path.with_name(record.path.name[: -len(SUFFIX)] + SHOWN_SUFFIX)
+    try:
+        os.replace(record.path, shown)
+    except OSError:
+        return
+    record.path = shown

@@ -9,15 +9,23 @@ what came after the last write, and a line is never half there (a reader skips o
 file passes `MAX_BYTES` it is rewritten from the session's own bounded timeline (written aside, then
 renamed over the old one: at every moment one whole record exists), so a day-long run keeps a file
 of a few hundred KiB. When the run ends, in any way the process survives, the record is removed.
+
+A SIGTERM (how Jupyter's shutdown and job schedulers end a kernel) ends the process as before, but
+first writes a line saying so, so that the record tells a termination from a kill: the recorder's
+handler runs on the main thread, writes that line, then hands the signal on to the handler it
+replaced (by default: the process dies of it), and is put back when the run ends.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..ranks.protocol import events_message, row_values
@@ -130,6 +138,9 @@ class FlightRecorder:
         self._holder_scans = -1
         self._next_flush_s = 0.0
         self._rewrite_at_bytes = MAX_BYTES
+        self._pid = os.getpid()
+        self._sigterm_installed = False
+        self._previous_sigterm: Any = None  # the handler this run's replaced (None: one not set from Python)
 
     def start(self, run: RecordedRun) -> None:
         """Create the record and write who, where and under which limits (after the run's start)."""
@@ -156,6 +167,10 @@ class FlightRecorder:
             self.unavailable = f"no flight record: {exc}"
             return
         self._write(_line(self._hello))
+        if self.bytes_written == 0:  # a full disk takes the file but not its first line: no record at all
+            self.close()
+            return
+        self._watch_sigterm()
 
     def _write(self, data: bytes) -> None:
         if self._fd is None:
@@ -163,8 +178,40 @@ class FlightRecorder:
         try:
             os.write(self._fd, data)
             self.bytes_written += len(data)
-        except OSError:
+        except OSError as exc:
             self.errors += 1
+            if self.unavailable is None:
+                what = "no flight record" if self.bytes_written == 0 else "the flight record stops early"
+                self.unavailable = f"{what}: {exc}"
+
+    def _watch_sigterm(self) -> None:
+        """Install the SIGTERM handler (see the module's docstring); only the main thread can."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):  # no signals here (an embedded interpreter)
+            return
+        self._sigterm_installed = True
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """The record says the process was terminated, then the signal goes where it went before."""
+        previous = self._previous_sigterm
+        if os.getpid() == self._pid:  # not in a forked child (a DataLoader worker inherits the handler)
+            self._write(_line({"k": "terminated", "signal": signal.Signals(signum).name, "wall_s": time.time()}))
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:  # the default (or a handler not set from Python): die of it
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    def _restore_sigterm(self) -> None:
+        """Put back the handler this run replaced, unless another one replaced this run's since."""
+        if not self._sigterm_installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._sigterm_installed = False
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous_sigterm is None else self._previous_sigterm)
 
     def on_sample(self, run: RecordedRun, now_s: float) -> None:
         """Called after each background reading: every FLUSH_PERIOD_S, append what is new. Never raises
@@ -228,6 +275,7 @@ class FlightRecorder:
 
     def close(self) -> None:
         """The run ended and this process lives on: its record is not needed (idempotent)."""
+        self._restore_sigterm()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
