@@ -65,11 +65,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-<<<<<<< HEAD
-.PHONY: setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check stress-holders stress device-check clean
-=======
-.PHONY: setup floors core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders device-check clean
->>>>>>> faults
+.PHONY: setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders stress device-check clean
 
 setup: $(STAMP)
 
