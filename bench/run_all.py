@@ -123,7 +123,7 @@ def render_holders() -> str:
     lines = [
         f"Loop: MLP 256-1024-10, batch 128, {holder_tracking.STEPS} steps, with 10,000 graph-holding losses and "
         "500,000 small dicts alive beside it; median of 3 runs. *Scans' share*: the mid-run scans' wall time "
-        "over the loop's (the one-off 30 ms start allowance included, so short runs show more than 1%).",
+        "over the loop's (the one-off start allowance included, 60 ms of CPU time, so short runs show more than 1%).",
         "",
         "| loop | wall time | scans | scans' share | holder named live at step | verdict |",
         "|---|---|---|---|---|---|",

@@ -83,7 +83,7 @@ class HolderTracker:
         full_scan_cost_s: float = 0.0,
         sequence_floor: int = 0,
         budget_share: float = 0.01,
-        start_allowance_s: float = 0.03,
+        start_allowance_s: float = 0.06,
         min_gap_s: float = 0.02,
         clock: Callable[[], float] = time.perf_counter,
         cpu_clock: Callable[[], float] | None = None,

@@ -55,6 +55,23 @@ def _autograd_sequence_nr() -> int:
         return 0
 
 
+def with_end_points(series: HolderSeries, measured: list[RootStats], last_step: int) -> HolderSeries:
+    """The holders' series with what the end-of-cell scan measured of each, at the run's last step, where
+    the scans during the run did not show it growing. They thin out (each waits a quarter of the run so
+    far, and for the budget), so a short loop's series can stop long before its end: a holder whose growth
+    over the scans fell short of a leak's minimum, or that too few scans measured, had grown by the end.
+    A series that shows growth already keeps its own points (its rises say between which steps it grew;
+    one from its last scan to the end would span the run's last part). Only holders the run measured get
+    a point, and only a whole figure (a scan cut short reads as a fall)."""
+    out = dict(series)
+    for stats in measured:
+        points = out.get(stats.name)
+        if (points and last_step > points[-1][0] and not stats.truncated and stats.tensors
+                and not holder_trend(stats.name, points).growing):
+            out[stats.name] = [*points, (last_step, stats.retained_bytes)]
+    return out
+
+
 def _never(step: int) -> bool:
     return False
 
@@ -137,9 +154,10 @@ class LeakFinder:
             self._tracker.restart()
 
     # ---------------------------------------------------------------- the end
-    def finish(self, scan: bool = True) -> tuple[Suspect, ...]:
+    def finish(self, scan: bool = True, last_step: int = 0) -> tuple[Suspect, ...]:
         """The suspects at the end, then let go of the roots; `scan=False` (an
-        interrupt while the end scan ran): none."""
+        interrupt while the end scan ran): none. `last_step`: the run's steps (0: none); the end scan's
+        figure of each holder measured during the run is the last point of its series."""
         tracker = self._tracker
         roots = self._roots() if scan and self._roots is not None else None
         try:
@@ -153,6 +171,7 @@ class LeakFinder:
             tracked = tracker.tracked() if tracker is not None else set()
             # the names cheap to scan are scanned again, whatever their fingerprint says
             result = scan_reusing(self._memo, roots, END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS)
+            self._final_series = with_end_points(self._final_series, result.roots, last_step)
             latest = {s.name: s for s in (tracker.measured() if tracker is not None else [])}
             latest.update((s.name, s) for s in result.roots)
             self.on_accelerator = frozenset(

@@ -340,7 +340,7 @@ class MemwatchSession:
 
         def make_report(scan: bool) -> None:
             self._final_readings()
-            suspects = self.finder.finish(scan) if self.finder is not None else ()
+            suspects = self.finder.finish(scan, self.step_counter.steps) if self.finder is not None else ()
             self.evidence = self._evidence(ending.ended_by(), suspects)
             self.report = assemble_report(self.evidence)
 
