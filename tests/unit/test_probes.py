@@ -279,6 +279,23 @@ def test_a_young_child_is_read_more_often_within_the_same_budget(monkeypatch: py
     assert children.cpu_s - cpu_before <= PSS_SHARE * (ProcessTreeProbe.YOUNG_S + ProcessTreeProbe.PSS_BURST_S) + 0.008
 
 
+def test_short_lived_workers_are_each_read_even_when_their_first_reads_spend_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four DataLoader workers of a short epoch (0.5 s) start together, each PSS read costing 50 ms (a big
+    worker): two such reads spend a second of the budget, yet each worker gets its PSS (a per-worker peak),
+    and later reads wait the longer for it (the total holds)."""
+    children = _FakeChildren(monkeypatch, {1000}, cost_s=0.05)
+    children.run(5.0)
+    workers = {2000, 2001, 2002, 2003}
+    children.pids |= workers
+    children.run(0.5)
+    children.pids -= workers
+    children.run(5.0)
+    assert all(children.reads.get(worker) for worker in workers), children.reads
+    assert children.cpu_s <= PSS_SHARE * (children.wall_s - 100.0 + ProcessTreeProbe.PSS_BURST_S) + 4 * children.cost_s
+
+
 def test_few_cheap_children_are_each_read_at_their_own_period(monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget only spreads reads that would exceed it: two children of 1 ms reads, old, read every second."""
     children = _FakeChildren(monkeypatch, {1000, 1001}, cost_s=0.001)

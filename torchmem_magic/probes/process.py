@@ -182,6 +182,7 @@ class ChildProcess:
     next_pss_s: float = 0.0
     pss_period_s: float = 1.0  # the period its last PSS read set (how often it wants reading)
     first_seen_s: float = 0.0
+    pss_reads: int = 0  # tried so far (a child never tried is read before the budget is looked at)
 
     def memory_bytes(self) -> int | None:
         """PSS where read at least once, else RSS (an upper bound)."""
@@ -217,10 +218,12 @@ class ProcessTreeProbe:
     Each child's PSS (~8 ms + 25 ms/GiB) is read at a period adapted to what its read costs in CPU
     (at least 40x, 20x in a worker's first seconds), and all the children's reads together stay
     within PSS_CPU_SHARE of one core: when they would take more, the children are read in turn, the
-    most periods overdue first (a child never read comes first), so every child is still read, each
+    most periods overdue first, so every child is still read, each
     about every N x cost / PSS_CPU_SHARE seconds with N children (64 ranks of ~8 ms: about every
     10 s). A young child's period is shorter, so within the same total it is read more often (up to
-    four times) without starving the others. Between two reads a child counts at its last PSS.
+    four times) without starving the others. A child never read is read at once, over the budget if
+    need be (the others then wait the longer): a worker of a short epoch must not end with no PSS.
+    Between two reads a child counts at its last PSS.
     Workers announced by the DataLoader hook are picked up at the next tick without waiting for
     discovery; when one disappears, how it ended is recorded in `worker_exits`.
     """
@@ -331,15 +334,16 @@ class ProcessTreeProbe:
         """Read the PSS of the children that are due, the most periods overdue first, while the budget of
         PSS_CPU_SHARE of a core allows: a read that costs c seconds of CPU pays for c / PSS_CPU_SHARE
         seconds, and the next read waits until then (up to PSS_BURST_S of unused budget is kept)."""
-        if self._pss_spent_until_s > now:
-            return
         due = [child for child in self._children.values() if now >= child.next_pss_s]
         if not due:
             return
-        due.sort(key=lambda child: (child.next_pss_s - now) / child.pss_period_s)  # the most periods overdue first
+        # a child never read comes first, whatever the budget: a short-lived worker would otherwise end
+        # with no PSS at all (its first read is paid for, so the others wait the longer); then the most
+        # periods overdue
+        due.sort(key=lambda child: (child.pss_reads > 0, (child.next_pss_s - now) / child.pss_period_s))
         self._pss_spent_until_s = max(self._pss_spent_until_s, now - self.PSS_BURST_S)
         for child in due:
-            if self._pss_spent_until_s > now:
+            if child.pss_reads > 0 and self._pss_spent_until_s > now:
                 break
             cost_s = self._read_pss(child, now)
             self._pss_spent_until_s += cost_s / self.PSS_CPU_SHARE
@@ -347,6 +351,7 @@ class ProcessTreeProbe:
     def _read_pss(self, child: ChildProcess, now: float) -> float:
         """One child's PSS and USS, its next read set by what this one cost; returns that CPU cost."""
         started = self._cpu_clock()
+        child.pss_reads += 1
         reading = read_proportional_memory(child.pid)
         cost_s = self._cpu_clock() - started  # CPU, not wall: a busy machine stretches the wall time alone
         young = now - child.first_seen_s < self.YOUNG_S
