@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,30 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 # the screenshots the README and the docs show; `make screenshots` (TORCHMEM_UPDATE_SCREENSHOTS=1) rewrites them
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 UPDATE_SCREENSHOTS = os.environ.get("TORCHMEM_UPDATE_SCREENSHOTS") == "1"
+
+
+# what the page shows: the first live curve's points, the cells' prompts, whether the kernel is idle
+POINTS_JS = """() => {
+  const path = document.querySelector('.jp-Notebook .bqplot.figure svg path.line');
+  return path ? (path.getAttribute('d') || '').split('L').length : 0;
+}"""
+PROMPTS_JS = "() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')).map(e => e.textContent.trim())"
+KERNEL_IDLE_JS = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
+}"""
+
+
+def wait_for(page: Any, js: str, timeout_s: float = 90.0) -> Any:
+    """The first truthy value the page gives for `js`, polled every 0.2 s (TimeoutError after `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = page.evaluate(js)
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(js)
 
 
 def screenshot_path(name: str, docs_image: str | None = None) -> Path:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from lab_server import ARTIFACTS, Lab, screenshot_path
+from lab_server import ARTIFACTS, KERNEL_IDLE_JS, POINTS_JS, PROMPTS_JS, Lab, screenshot_path, wait_for
 from nbformat.v4 import new_code_cell, new_notebook
 
 pytestmark = pytest.mark.browser
@@ -27,10 +26,6 @@ for epoch in range(6):
         time.sleep(0.15)
 len(kept)"""
 
-POINTS_JS = """() => {
-  const path = document.querySelector('.jp-Notebook .bqplot.figure svg path.line');
-  return path ? (path.getAttribute('d') || '').split('L').length : 0;
-}"""
 # each strip's drawn curve: the vertical extent of its path's points and the plot area's height, in px
 STRIP_FILL_JS = """(caption) => {
   const figure = Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure'))
@@ -43,29 +38,13 @@ STRIP_FILL_JS = """(caption) => {
   return {points: ys.length, extent_px: Math.max(...ys) - Math.min(...ys), height_px: parseFloat(plot.getAttribute('height'))};
 }"""
 FIGURES_TEXT_JS = "() => Array.from(document.querySelectorAll('.jp-Notebook .bqplot.figure')).map(f => f.textContent).join(' | ')"
-PROMPTS_JS = "() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')).map(e => e.textContent.trim())"
-KERNEL_IDLE_JS = """() => {
-  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-  return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
-}"""
-
-
-def _wait(page: Any, js: str, timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = page.evaluate(js)
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(js)
 
 
 def drawn_fill(page: Any, caption: str) -> dict[str, float]:
     """The drawn curve of the strip captioned `caption`: waited for, as a strip that appears mid-run
     (another resource's first reading) re-lays out the others for a moment."""
     try:
-        fill: dict[str, float] = _wait(page, f"() => {{ const f = ({STRIP_FILL_JS})({caption!r}); return f && f.points > 2 ? f : null; }}", 20)
+        fill: dict[str, float] = wait_for(page, f"() => {{ const f = ({STRIP_FILL_JS})({caption!r}); return f && f.points > 2 ? f : null; }}", 20)
     except TimeoutError:
         raise AssertionError(f"no curve drawn in the strip {caption!r}: {page.evaluate(FIGURES_TEXT_JS)}") from None
     return fill
@@ -83,7 +62,7 @@ def open_and_run_all(lab: Lab, page: Any, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
     this_notebook = f"!!w && !!w.context && w.context.path.endsWith('{name}')"
-    _wait(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
+    wait_for(page, KERNEL_IDLE_JS.replace("return !!k", f"return {this_notebook} && !!k"))
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
 
@@ -92,11 +71,11 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
     open_and_run_all(lab, page, "live.ipynb")
 
     # while cell 2 is busy ([*]) and cell 1 is done, the line must gain points between two looks
-    _wait(page, f"() => {{ const p = ({PROMPTS_JS})(); return p[1] === '[*]:' && p[0] !== '[*]:' && ({POINTS_JS})() > 2; }}")
+    wait_for(page, f"() => {{ const p = ({PROMPTS_JS})(); return p[1] === '[*]:' && p[0] !== '[*]:' && ({POINTS_JS})() > 2; }}")
     first = page.evaluate(POINTS_JS)
     # keyed to what the page shows, not to a wait: torch's own setup before the first step takes seconds
     # on a busy machine. While the cell is still busy, the holder is named and the curve has grown.
-    _wait(page, f"""() => {{
+    wait_for(page, f"""() => {{
       const status = document.querySelector('.jp-Notebook .widget-html');
       return ({PROMPTS_JS})()[1] === '[*]:' && ({POINTS_JS})() > {first} && !!status
         && status.innerText.replace(/\\u00a0/g, ' ').includes('growing: kept +2.0 MiB/step, tensors');
@@ -121,11 +100,11 @@ def test_curves_grow_while_the_cell_is_busy_then_the_report_renders(lab: Lab, pa
 
     # a click while the cell is busy acts at the next optimizer step (JupyterLab routes it to a subshell)
     page.click(".jp-Notebook button:has-text('gc + empty_cache')")
-    _wait(page, "() => document.querySelector('.jp-Notebook').innerText.includes('gc + empty_cache: RSS')", 20)
+    wait_for(page, "() => document.querySelector('.jp-Notebook').innerText.includes('gc + empty_cache: RSS')", 20)
     assert page.evaluate(PROMPTS_JS)[1] == "[*]:", "the click should act while the cell still runs"
     page.screenshot(path=str(ARTIFACTS / "clicked_mid_run.png"), full_page=True)
 
-    _wait(page, f"() => ({PROMPTS_JS})()[1].startsWith('[') && ({PROMPTS_JS})()[1] !== '[*]:'")
+    wait_for(page, f"() => ({PROMPTS_JS})()[1].startsWith('[') && ({PROMPTS_JS})()[1] !== '[*]:'")
     page.wait_for_selector(".torchmem-report")
     report = page.inner_text(".torchmem-report")
     assert "memwatch: ok · 48 steps · 6 epochs" in report and "heap in use" in report
@@ -157,7 +136,7 @@ def test_the_quickstart_names_the_leaking_holder_while_its_cell_runs(lab: Lab, p
     (lab.root / QUICKSTART.name).write_bytes(QUICKSTART.read_bytes())
     open_and_run_all(lab, page, QUICKSTART.name)
     try:
-        _wait(page, BUSY_WITH_HOLDER_NAMED_JS, timeout_s=240)
+        wait_for(page, BUSY_WITH_HOLDER_NAMED_JS, timeout_s=240)
     except TimeoutError:
         page.screenshot(path=str(ARTIFACTS / "quickstart_timeout.png"), full_page=True)
         raise
@@ -203,7 +182,7 @@ def test_the_guard_draws_its_threshold_warns_before_it_and_stops_the_loop(lab: L
     # while it runs: the threshold line (drawn once RAM is half way to it) and the status line's warning
     panel = page.locator(ACTIVE)
     try:
-        _wait(page, GUARD_RUNNING_JS)
+        wait_for(page, GUARD_RUNNING_JS)
     except TimeoutError:
         page.screenshot(path=str(ARTIFACTS / "guard_timeout.png"), full_page=True)
         raise
@@ -213,7 +192,7 @@ def test_the_guard_draws_its_threshold_warns_before_it_and_stops_the_loop(lab: L
     assert "guard: RAM" in status and "/s" in status, status
 
     # stopped by the guard: the error, the report, and the kernel and `kept` still there for the next cell
-    _wait(page, f"() => ({GUARD_PROMPTS_JS})()[2].startsWith('[') && ({GUARD_PROMPTS_JS})()[2] !== '[*]:'", timeout_s=120)
+    wait_for(page, f"() => ({GUARD_PROMPTS_JS})()[2].startsWith('[') && ({GUARD_PROMPTS_JS})()[2] !== '[*]:'", timeout_s=120)
     text = panel.inner_text()
     assert "MemoryGuardError" in text and "memwatch guard: RAM at " in text
     assert "the memory guard stopped the run after" in panel.locator(".torchmem-report").inner_text()
