@@ -376,16 +376,6 @@ def _double_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
     return {"trigger": "LOOP START", "on_text": interrupt_after(c, [first, first + rng.uniform(0.005, 0.3)])}
 
 
-def _start_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
-    # up to the moment the body started in the uninterrupted calibration run (the start's gc and scan)
-    return {"at": [(rng.uniform(0.0, c.calibration.get("BODY START", 1.0)), c.kernel.interrupt)]}
-
-
-def _report_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
-    end = c.calibration.get("reply", 2.0) - c.calibration.get("BODY DONE", 0.5)
-    return {"trigger": "BODY DONE", "on_text": interrupt_after(c, [rng.uniform(0.0, max(end, 0.05))])}
-
-
 VICTIM: dict[str, int] = {}  # the worker the last run killed
 
 
@@ -416,7 +406,10 @@ def expect_loop_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict
 def expect_start_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
     started = bool(check["flags"]["body_started"])
     run.note = "body" if started else "start"
-    if check["flags"]["body_done"]:  # a cell quicker than the calibration run: it came after the body
+    if not check["probe"]:  # the start ended before the drawn moment: no SIGINT at all
+        run.note = "not sent (it ended first)"
+        expect_status(run, e, check, ("ok",), (None,))
+    elif check["flags"]["body_done"]:  # a cell quicker than the calibration run: it came after the body
         run.note = "missed (after the body)"
         expect_status(run, e, check, ("ok", "interrupted"), ("KeyboardInterrupt", None))
     elif started:
@@ -426,8 +419,8 @@ def expect_start_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dic
 
 
 def expect_report_interrupt(run: Run, e: Execution, check: dict[str, Any], t: dict[str, float]) -> None:
-    # the body finished; the interrupt came while the report was made or shown (or just after)
-    run.note = "before reply" if ename(e) == "KeyboardInterrupt" else "missed"
+    # the body finished; the SIGINT was sent while the session stopped and its report was made and shown
+    run.note = f"in the report: {ename(e) or 'no exception'}" if check["probe"] else "not sent (it ended first)"
     expect_status(run, e, check, ("ok", "interrupted"), ("KeyboardInterrupt", None))
 
 
@@ -553,34 +546,45 @@ DEAD_RECORD_COPY = (
 )
 
 
-#: the SIGINT comes from inside the kernel, at a chosen point of the record's display: one sent from
-#: here, on seeing the headline, reached the kernel after the display was over in 30 of 30 runs. The
-#: display is timed in every run; the first (the calibration run) sets the span the delays are drawn from.
-DISPLAY_INTERRUPT_SETUP = """
+def interrupt_inside(module: str, name: str) -> str:
+    """Setup code that wraps the function `module.name` so that a run can have the kernel SIGINT itself at
+    a drawn point of one call (`_tm_interrupt_in_s[0]` seconds into it; sent during the call or not at
+    all, never into a later cell), and times every call (`_tm_call_s`). A SIGINT sent from here reaches the
+    kernel tens of ms late: aimed at a window of a few hundred ms or less (the session's start, the report
+    made, a dead kernel's record shown), it came after the window in 28, 25 and 30 of 30 runs."""
+    *path, attribute = name.split(".")
+    owner = ".".join([f"__import__({module!r}, fromlist=['_'])", *path])
+    return f"""
 import os as _os, signal as _sg, threading as _th, time as _tt
-import torchmem_magic.magics as _tm_magics
-_tm_display, _tm_display_s, _tm_interrupt_in_s = _tm_magics.display, [], [None]
-def _tm_interrupted_display(*args, **kwargs):
+_tm_call = {owner}.{attribute}
+_tm_call_s, _tm_interrupt_in_s, _tm_sent = [], [None], [False]
+def _tm_send_interrupt():
+    _tm_sent[0] = True
+    _os.kill(_os.getpid(), _sg.SIGINT)
+def _tm_interrupted_call(*args, **kwargs):
     timer = None
     if _tm_interrupt_in_s[0] is not None:
-        timer = _th.Timer(_tm_interrupt_in_s[0], _os.kill, (_os.getpid(), _sg.SIGINT))
+        timer = _th.Timer(_tm_interrupt_in_s[0], _tm_send_interrupt)
         _tm_interrupt_in_s[0] = None
         timer.start()
     started = _tt.perf_counter()
     try:
-        return _tm_display(*args, **kwargs)
+        return _tm_call(*args, **kwargs)
     finally:
-        _tm_display_s.append(_tt.perf_counter() - started)
-        if timer is not None:  # sent during the display or not at all: never into a later cell
+        _tm_call_s.append(_tt.perf_counter() - started)
+        if timer is not None:
             timer.cancel()
             timer.join()
-_tm_magics.display = _tm_interrupted_display
+{owner}.{attribute} = _tm_interrupted_call
 """
 
 
-def _load_ext_interrupt_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
-    display_s = c.kernel.value("_tm_display_s[0] if _tm_display_s else 0.0")
-    c.kernel.ok(f"_tm_interrupt_in_s[0] = {rng.uniform(0.0, max(display_s, 0.005)):.4f}")
+def _interrupt_inside_plan(c: "Campaign", rng: random.Random) -> dict[str, Any]:
+    """A delay into the wrapped call, drawn over how long that call took in the calibration run (the last
+    call before the first run, read once per kernel)."""
+    if "call_s" not in c.calibration:
+        c.calibration["call_s"] = c.kernel.value("_tm_call_s[-1]")
+    c.kernel.ok(f"_tm_interrupt_in_s[0], _tm_sent[0] = {rng.uniform(0.0, max(c.calibration['call_s'], 0.005)):.4f}, False")
     return {}
 
 
@@ -695,10 +699,12 @@ def faults() -> list[Fault]:
     return [
         Fault("loop_interrupt", "KeyboardInterrupt during the training loop", loop_cell, expect_loop_interrupt,
               plan=_loop_interrupt_plan),
-        Fault("start_interrupt", "KeyboardInterrupt during the start (300k dicts in the namespace)", short_cell,
-              expect_start_interrupt, setup=big_namespace, plan=_start_interrupt_plan, calibrate=True),
+        Fault("start_interrupt", "KeyboardInterrupt during the session's start (300k dicts in the namespace)", short_cell,
+              expect_start_interrupt, setup=big_namespace + interrupt_inside("torchmem_magic.session", "MemwatchSession.start"),
+              plan=_interrupt_inside_plan, calibrate=True, probe="_tm_sent[0]"),
         Fault("report_interrupt", "KeyboardInterrupt while the report is made (300k dicts in the namespace)",
-              short_cell, expect_report_interrupt, setup=big_namespace, plan=_report_interrupt_plan, calibrate=True),
+              short_cell, expect_report_interrupt, setup=big_namespace + interrupt_inside("torchmem_magic.magics", "MemwatchMagics._stop_and_show"),
+              plan=_interrupt_inside_plan, calibrate=True, probe="_tm_sent[0]"),
         Fault("exception", "an exception raised in the loop", exception_cell, expect_error),
         Fault("worker_killed", "a DataLoader worker SIGKILLed mid-loop (num_workers=2)", worker_cell,
               expect_worker_killed, plan=_kill_worker_plan),
@@ -740,8 +746,8 @@ def faults() -> list[Fault]:
               "kernel itself at a random point of the record's display)",
               # an interrupted load is not one IPython counts as loaded: %reload_ext loads it without a reload
               "torchmem_magic._crash_announced = False\n%reload_ext torchmem_magic\n",
-              expect_load_ext_interrupt, plan=_load_ext_interrupt_plan, calibrate=True,
-              calibrate_trigger=DEAD_KERNEL_HEADLINE, setup=DEAD_RECORD_SETUP + DISPLAY_INTERRUPT_SETUP,
+              expect_load_ext_interrupt, plan=_interrupt_inside_plan, calibrate=True,
+              calibrate_trigger=DEAD_KERNEL_HEADLINE, setup=DEAD_RECORD_SETUP + interrupt_inside("torchmem_magic.magics", "display"),
               before_each=DEAD_RECORD_COPY,
               probe=("{'magics': 'memwatch' in get_ipython().magics_manager.magics['cell'], 'records': len("
                      "__import__('torchmem_magic.flight.crashes', fromlist=['_']).crash_records())}")),

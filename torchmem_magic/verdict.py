@@ -130,6 +130,18 @@ def _crossing_epochs(xs: Sequence[float], epoch_steps: Sequence[float]) -> set[i
     return out
 
 
+def _epochs_crossed(xs: Sequence[float], starts: Sequence[float], boundary: set[int]) -> int:
+    """How many epochs the boundary intervals hold: an interval sampled thinly (a busy machine) can hold
+    two epochs' starts and both their growths; the interval the reading after the block closes holds
+    the last epoch's end and no start. `starts`: sorted, each once (train and validation loaders started
+    at the same step are one epoch)."""
+    crossed = 0
+    for i in boundary:
+        held = bisect.bisect_right(starts, xs[i]) - bisect.bisect_right(starts, xs[i - 1])
+        crossed += max(1, held)
+    return crossed
+
+
 def _closes_last_epoch(ys: Sequence[float], boundary: set[int]) -> bool:
     """Whether the last interval, up to the reading after the block, is the last epoch's end: the block's
     end closes that epoch, and what runs after its last step (a validation pass, outputs kept per epoch)
@@ -206,14 +218,15 @@ def analyse(
         if _flat_within_epochs(xs, ys, boundary, net):
             starts = sorted({e for e in epoch_steps if xs[0] <= e <= xs[-1]})  # train + val loaders: one start
             epoch_length = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else xs[-1] - xs[0]
-            per_epoch = boundary_growth / len(boundary)
+            per_epoch = boundary_growth / _epochs_crossed(xs, starts, boundary)
             slope = per_epoch / max(epoch_length, 1.0)  # spread over the epoch's steps, for the exhaustion
             return finding("leak", "per-epoch", per_epoch=per_epoch)
     # the jumps make the growth and nothing comes back: many up-jumps with as many falls is noise or sawtooth
     sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps)
     if sporadic_jumps and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES:
-        # with thinned sampling a jump is only known to lie between two sampled steps
-        ranges = tuple((int(xs[i - 1]) + 1, int(xs[i])) for i in jumps)
+        # with thinned sampling a jump is only known to lie between two sampled steps; one that only the
+        # reading after the block shows (it repeats the last step) lies in the last step
+        ranges = tuple((min(int(xs[i - 1]) + 1, int(xs[i])), int(xs[i])) for i in jumps)
         slope = net / (xs[-1] - xs[0])
         return finding("leak", "sporadic", ranges)
     z = slope / error

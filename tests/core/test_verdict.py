@@ -386,3 +386,25 @@ def test_a_block_end_that_kept_nothing_is_no_epoch_of_a_staircase() -> None:
     f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), epoch_steps=[1.0 + 20 * e for e in range(6)], ends_after_block=True)
     assert (f.verdict, f.leak_kind) == ("leak", "per-epoch")
     assert f.per_epoch_bytes == pytest.approx(8 * MIB, rel=0.01)
+
+
+def test_a_staircase_sampled_more_thinly_than_its_epochs_in_places_has_each_epochs_growth() -> None:
+    # seen in a kernel on a busy machine: 6 epochs of 20 steps, 8 MiB kept at each epoch's end, and two gaps
+    # between samples each holding two epochs' starts (and both their growths)
+    steps = [float(s) for s in [*range(1, 31), 62, *range(63, 81), 120, 120]]
+    values = [BASE + ((int(x) - 1) // 20) * 8 * MIB for x in steps[:-1]] + [BASE + 6 * 8 * MIB]
+    f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), epoch_steps=[1.0 + 20 * e for e in range(6)], ends_after_block=True)
+    assert (f.verdict, f.leak_kind) == ("leak", "per-epoch")
+    assert f.per_epoch_bytes == pytest.approx(8 * MIB, rel=0.01)
+    assert f.per_step_bytes == pytest.approx(8 * MIB / 20, rel=0.01)
+
+
+def test_a_jump_only_the_reading_after_the_block_shows_lies_in_the_last_step() -> None:
+    # seen in a kernel: what the last step kept is read after the block, a row that repeats step 250
+    rng = random.Random(5)
+    steps = [float(s) for s in range(1, 251)] + [250.0]
+    values = [BASE + ((int(x) - 1) // 50) * 8 * MIB + rng.gauss(0, 64 * 1024) for x in steps[:-1]]
+    values.append(values[-1] + 8 * MIB)
+    f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), ends_after_block=True)
+    assert (f.verdict, f.leak_kind) == ("leak", "sporadic")
+    assert f.sporadic_steps == ((51, 51), (101, 101), (151, 151), (201, 201), (250, 250))
