@@ -135,7 +135,10 @@ class Sampler:
         """Stop and join; safe to call twice or before start."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+            try:
+                self._thread.join(timeout_s)
+            except RuntimeError:  # an interrupt cut into start() before the thread said it runs: it sees the stop
+                pass
 
     @property
     def alive(self) -> bool:
