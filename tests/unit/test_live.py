@@ -112,6 +112,19 @@ def test_payload_stays_bounded_for_a_long_run() -> None:
         assert len(strip.lines.x) <= MAX_POINTS and np.atleast_2d(strip.lines.y).shape[1] == len(strip.lines.x)
 
 
+def test_a_run_cut_short_after_its_first_reading_draws_no_curve_and_does_not_fail() -> None:
+    """Seen in the fault campaign: a Ctrl-C in the session's start left one reading, and the final draw
+    raised bqplot's TraitError over the report."""
+    figure = LiveFigure()
+    timeline = Timeline()
+    timeline.by_time.append({**dict.fromkeys(COLUMNS, 1e9), "t_s": 0.0})
+    figure._draw(idle_view(timeline), final=True)
+    assert all(len(strip.lines.x) == 0 for strip in figure.shown)
+    timeline.by_time.append({**dict.fromkeys(COLUMNS, 1.1e9), "t_s": 0.1})
+    figure._draw(idle_view(timeline), final=True)
+    assert figure.shown and all(len(strip.lines.x) == 2 for strip in figure.shown)
+
+
 def _leaking_heap(seconds: int, heap_mib_per_s: float = 10.0) -> Timeline:
     """A synthetic run: the tree's RAM flat at 400 MiB, the heap climbing from 150 MiB."""
     timeline = Timeline()

@@ -234,3 +234,42 @@ def _an_interrupted_scan_keeps_nothing() -> None:
     gc.collect()
     assert ref() is None, "the interrupt's traceback keeps the scanned objects alive"
     assert raised.value is not None
+
+
+def test_a_sampler_whose_start_was_interrupted_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the fault campaign: the Ctrl-C landed in Thread.start() before the thread said it runs;
+    joining it raised RuntimeError, and the session's teardown stopped there (its temp directory, the
+    environment and the flight recorder's SIGTERM handler stayed)."""
+    from torchmem_magic.timeline import Timeline
+
+    def interrupted_start(self: threading.Thread) -> None:
+        raise KeyboardInterrupt
+
+    sampler = Sampler(dict, Timeline().by_time, 0.01)
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    with pytest.raises(KeyboardInterrupt):
+        sampler.start()
+    monkeypatch.undo()
+    sampler.stop()  # no RuntimeError
+    assert not sampler.alive
+
+
+def test_a_close_cut_short_after_the_descriptor_closed_is_repeated_without_closing_it_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen in the fault campaign: the Ctrl-C landed just after os.close() in a reader's close, and the
+    teardown's repeat closed the same number again (OSError: the rest of the teardown was skipped)."""
+    from torchmem_magic.probes.process import RssReader
+
+    reader = RssReader(os.getpid())
+    real_close = os.close
+
+    def close_then_interrupt(fd: int) -> None:
+        real_close(fd)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "close", close_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        reader.close()
+    monkeypatch.undo()
+    reader.close()  # no OSError (EBADF), and no other file's descriptor closed

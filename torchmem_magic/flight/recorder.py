@@ -276,9 +276,9 @@ class FlightRecorder:
     def close(self) -> None:
         """The run ended and this process lives on: its record is not needed (idempotent)."""
         self._restore_sigterm()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        fd, self._fd = self._fd, None  # forgotten first: a close repeated after a Ctrl-C never closes it twice
+        if fd is not None:
+            os.close(fd)
         if self.path is not None:
             for path in (self.path, self.path.with_name(self.path.name + ".tmp")):
                 try:

@@ -68,9 +68,11 @@ class RssReader:
         return None
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Idempotent, also when a Ctrl-C cut the last call short: the descriptor is forgotten before it
+        is closed, so a repeated close never closes it twice (by then the number may be another file's)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,11 @@ class CurveStrip:
 
     def draw(self, x: np.ndarray, curves: Sequence[StripCurve], thresholds: Sequence[Threshold],
              epochs_x: Sequence[float]) -> None:
-        """Draw `curves` against `x`, each threshold their readings have come near, and the epochs."""
+        """Draw `curves` against `x`, each threshold their readings have come near, and the epochs. One
+        reading is no line yet (a start cut short by a Ctrl-C ends with one): bqplot squeezes a 1x1 array
+        to a scalar, which its Lines refuse."""
+        if len(x) < 2:
+            return
         low, high = _finite_bounds(curves)
         drawn = [t for t in thresholds if threshold_in_view(high, t.bytes)]
         self.range = steady_range(low, max([high, *(t.bytes for t in drawn)]), self.range)
