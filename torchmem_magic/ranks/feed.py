@@ -209,8 +209,12 @@ class RankFeeds:
         self._started_s = clock()
         self._started_wall_s = time.time()
         self.feeds: dict[int, RankFeed] = {}
-        self._nvml = NvmlProcesses()
-        self._exits = ExitWitness(clock)
+        try:  # what is made after the sink: a Ctrl-C here must not leave the sink's directory behind
+            self._nvml = NvmlProcesses()
+            self._exits = ExitWitness(clock)
+        except BaseException:
+            self._sink.close()
+            raise
         self._oom_counts = oom_counts  # the kernel's OOM-kill counters (the system's, each cgroup's)
         self._oom_before: dict[str, int] | None = None  # read when the first rank reports
         self._next_nvml_s = 0.0

@@ -9,6 +9,7 @@ its sampler thread with non-blocking calls; the training thread only appends to 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -24,14 +25,30 @@ MAX_MESSAGES_PER_RECEIVE = 10_000
 RECEIVE_BYTES = 1 << 20
 
 
+def _private_directory() -> str:
+    """A new directory only this user can enter, like tempfile.mkdtemp, but its name is kept before it
+    is made: a Ctrl-C (one in the session's start lands here too) just after the mkdir is handled
+    before mkdtemp returns the name, and the directory stayed behind."""
+    while True:
+        path = os.path.join(tempfile.gettempdir(), f"torchmem_magic-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)  # made just before the interrupt, or not at all
+            raise
+
+
 class RankSink:
     """The watching side's socket, in a private temporary directory removed by `close()`."""
 
     def __init__(self) -> None:
-        self._directory = tempfile.mkdtemp(prefix=f"torchmem_magic-{os.getpid()}-")
-        self.address = os.path.join(self._directory, "ranks.sock")
-        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._directory = _private_directory()
         try:
+            self.address = os.path.join(self._directory, "ranks.sock")
+            self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
             self._socket.bind(self.address)
             self._socket.setblocking(False)
@@ -57,7 +74,9 @@ class RankSink:
 
     def close(self) -> None:
         """Close the socket; in the process that made it, also remove its directory."""
-        self._socket.close()
+        sock = getattr(self, "_socket", None)  # None: the making was cut short before the socket
+        if sock is not None:
+            sock.close()
         if os.getpid() == getattr(self, "_owner_pid", os.getpid()):
             shutil.rmtree(self._directory, ignore_errors=True)
 
