@@ -67,6 +67,7 @@ class RankFeed:
     cuda_contexts: dict[str, int] = field(default_factory=dict)  # device UUID -> most the driver saw it hold
     job: dict[str, Any] | None = None  # the multi-node job it belongs to (torchrun's store), if any
     oom_killed: bool = False  # SIGKILLed while the kernel's OOM-kill counters rose: the OOM killer, most likely
+    oom_decided: bool = False  # decided once, when the exit is first known: a later rise is another process's kill
 
     @property
     def steps(self) -> int:
@@ -350,7 +351,8 @@ class RankFeeds:
             feed.exit = exit_of(feed.pid)
             if feed.exit is None:
                 return
-        if feed.exit.signal_number == 9 and not feed.oom_killed and self._oom_before is not None:  # SIGKILL
+        if feed.exit.signal_number == 9 and not feed.oom_decided and self._oom_before is not None:  # SIGKILL
+            feed.oom_decided = True
             now = self._oom_counts()
             feed.oom_killed = any(now.get(where, 0) > count for where, count in self._oom_before.items())
 
