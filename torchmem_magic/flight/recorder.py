@@ -268,8 +268,9 @@ class FlightRecorder:
         except OSError:
             self.errors += 1
             return
-        os.close(self._fd)
-        self._fd, self.bytes_written = fd, sum(len(b) for b in body)
+        old_fd, self._fd, self.bytes_written = self._fd, fd, sum(len(b) for b in body)
+        if old_fd is not None:  # swapped first: a Ctrl-C here never leaves a closed number to close again
+            os.close(old_fd)
         # a timeline that alone fills most of MAX_BYTES is not rewritten at every flush
         self._rewrite_at_bytes = max(MAX_BYTES, 2 * self.bytes_written)
 
