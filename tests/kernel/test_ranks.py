@@ -95,7 +95,10 @@ def test_the_leaking_rank_is_named_with_its_holder_and_the_others_are_clean(k: K
         assert other["verdict"] == "clean", other
         assert other["steps"] == 150 and other["vram"] is None  # CPU only: no VRAM, never zeros
     assert report["worst_rank"] == 1 and report["verdict"] == "leak" and report["steps"] == 150
-    assert any(line.startswith("rank 1: leak") and "outputs grows" in line for line in report["advice"]), report["advice"]
+    line = next(a for a in report["advice"] if a.startswith("rank 1: leak"))
+    holder = next(s for s in leaking["suspects"] if s["name"] == "outputs")
+    # too few mid-run scans on a crowded machine give the holder no rate: it is then named as holding the memory
+    assert ("outputs grows +" if holder["growth_per_step"] is not None else "held by outputs") in line, line
     # nothing left behind in the kernel: hooks, the sampler thread, the sink's directory
     assert k.value("torchmem_magic.hooks.installed_hook_count()") == 0
     assert k.value("[t.name for t in threading.enumerate() if t.name.startswith('torchmem_magic')]") == []
