@@ -222,3 +222,36 @@ def test_a_rank_sigkilled_while_the_oom_kill_counters_rose_died_by_the_oom_kille
         for victim in victims:
             victim.kill()
         feeds.close()
+
+
+def test_a_rank_whose_exit_came_from_waitid_before_the_witness_is_not_judged_again_when_the_witness_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counts = {"system": 7}
+    feeds = RankFeeds(oom_counts=lambda: dict(counts))
+    witness_late = threading.Event()  # set: the exit witness reports what it saw
+    victims = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    seen = feeds._exits.ended
+    monkeypatch.setattr(feeds._exits, "ended", lambda pid: seen(pid) if witness_late.is_set() else None)
+    try:
+        for rank, victim in enumerate(victims):
+            feeds._apply({"k": "hello", "pid": victim.pid, "rank": rank, "host": "a"}, 0.0)
+
+        def ended_of(rank: int) -> str | None:
+            feeds.poll(force=True)
+            return {s.rank: s.ended for s in feeds.summaries() or ()}[rank]
+
+        victims[0].kill()  # from outside: the counters have not moved
+        _until(lambda: ended_of(0) is not None)  # known from waitid alone
+        assert feeds.feeds[victims[0].pid].exited_s is None  # the premise: the witness has not said it yet
+        counts["system"] += 1  # the OOM killer, for rank 1
+        victims[1].kill()
+        witness_late.set()
+        _until(lambda: ended_of(1) is not None and feeds.feeds[victims[0].pid].exited_s is not None)
+        ended = {s.rank: s.ended for s in feeds.summaries() or ()}
+        assert ended == {0: "SIGKILL", 1: "SIGKILL, by the OOM killer"}
+    finally:
+        for victim in victims:
+            victim.kill()
+            victim.wait()
+        feeds.close()
