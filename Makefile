@@ -24,9 +24,12 @@
 #   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
 #               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
 #               not part of `make test`
-#   make stress  slow (about an hour and a half here): beside a CPU burner, run the timing-sensitive tests
-#               (STRESS_TESTS) 10 times in a row and then `make test` 3 times in a row; fails on any failure
-#               (tools/stress); not part of `make test`
+#   make stress  slow (about TOTAL here): stress-timing, then stress-full; fails on any failure (tools/stress); not
+#               part of `make test`
+#   make stress-timing  slow (about TIMING here): beside a CPU burner, run the timing-sensitive tests (STRESS_TESTS)
+#               10 times in a row; fails on a test that fails in any of them
+#   make stress-full  slow (about FULL here): beside a CPU burner, run `make test` 3 times in a row; fails on
+#               any red run
 #   make device-check  on a machine with a CUDA GPU: check what only a real device shows (tools/device_check),
 #               with the machine's own python3 and torch (no venv: a CUDA torch is what it needs); writes
 #               device_check.json and device_check.txt (see docs/layout.md, "GPU check")
@@ -65,7 +68,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders stress device-check clean
+.PHONY: setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders stress stress-timing stress-full device-check clean
 
 setup: $(STAMP)
 
@@ -168,8 +171,13 @@ STRESS_TESTS ?= tests/browser tests/kernel/test_dataloader.py tests/kernel/test_
 	tests/kernel/test_widget_models.py tests/unit/test_scan.py tests/cli/test_watch_status.py \
 	tests/kernel/test_live_update_threads.py tests/unit/test_routed_updates.py
 
-stress: setup floors ipykernel70 core browser-deps
-	PYTHON=$(BIN)/python STRESS_TESTS="$(STRESS_TESTS)" MAKE="$(MAKE)" tools/stress 1 10 3
+stress: stress-timing stress-full
+
+stress-timing: setup floors ipykernel70 browser-deps
+	PYTHON=$(BIN)/python STRESS_TESTS="$(STRESS_TESTS)" tools/stress 1 10 0
+
+stress-full: setup
+	PYTHON=$(BIN)/python MAKE="$(MAKE)" tools/stress 1 0 3
 
 device-check:
 	$(PYTHON) tools/device_check --out device_check.json

@@ -8,6 +8,7 @@ turns what they find into verdicts.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Sequence
@@ -200,12 +201,18 @@ def _rise_before_rest(xs: Sequence[float], ys: Sequence[float], rest: int) -> in
     A first line, fitted to the last REST_FRACTION of the steps, only says roughly where the series
     reaches it: with thinned sampling that end has few points, far from the dense start. The line is
     refitted from there on, and the warm-up ends after the last point below it. A rise that goes on
-    into the rest is no warm-up."""
+    into the rest is no warm-up, nor is one that reached the line and fell back below it for a while
+    (what a cycle sampled at every step at first shows)."""
     level, floor = _line_floor(xs, ys, rest)
     reached = next((i for i in range(rest) if _holds_from(level, floor, i)), rest)
     level, floor = _line_floor(xs, ys, reached)
     cut = next((i + 1 for i in range(rest - 1, -1, -1) if level[i] < floor), 0)
-    return cut if cut == 0 or _holds_from(level, floor, cut) else 0
+    if cut == 0 or not _holds_from(level, floor, cut):
+        return 0
+    on_line = next((i for i in range(cut) if _holds_from(level, floor, i)), cut)
+    if any(not _holds_from(level, floor, j) for j in range(on_line + 1, cut)):
+        return 0  # it was on the line already and fell back below it: a cycle (a list cleared each epoch)
+    return cut
 
 
 def _leading_jumps(xs: Sequence[float], ys: Sequence[float], jumps: Sequence[int], rest: int) -> int:
@@ -285,13 +292,16 @@ def new_readings(xs: Sequence[float], values: Sequence[float]) -> tuple[list[flo
 
 
 def evenly_spaced(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
-    """The samples thinned to the spacing of the run's last quarter, the first and the last kept. Step
-    samples come at every step at first and thin out as the run goes on, and a robust slope (and the
-    spread of its residuals) weighs each stretch of steps by its number of samples: a cycle's rising
-    part, sampled at every step at the start (a window cleared every 64 steps), would read as steady
-    growth with no noise. Thinned, every stretch of steps counts alike."""
+    """The samples thinned to the spacing of the run's last quarter of steps (at least its last 4
+    samples), the first and the last kept. Step samples come at every step at first and thin out as the
+    run goes on, and a robust slope (and the spread of its residuals) weighs each stretch of steps by
+    its number of samples: a cycle's rising part, sampled at every step at the start (a window cleared
+    every 64 steps), would read as steady growth with no noise. Thinned, every stretch of steps counts
+    alike. The quarter is one of steps, not of samples: where the dense start holds most samples, their
+    last quarter lies in it, and their spacing is that of the start."""
     n = len(xs)
-    late = xs[-max(4, n // 4):]
+    late_from = bisect.bisect_left(xs, xs[-1] - 0.25 * (xs[-1] - xs[0])) if n else 0
+    late = xs[min(late_from, max(0, n - 4)):]
     gaps = sorted(b - a for a, b in zip(late, late[1:]))
     gap = gaps[len(gaps) // 2] if gaps else 0.0
     if n < 16 or gap <= 1:

@@ -331,6 +331,25 @@ def test_a_cycle_sampled_at_every_step_at_first_and_thinly_later_is_clean() -> N
     assert leaking.per_step_bytes == pytest.approx(fill, rel=0.01)
 
 
+@pytest.mark.parametrize("thin_end", [(91, 137, 181, 200), (98, 135, 158, 168, 200)], ids=["falling", "low-then-high"])
+def test_a_cycle_sampled_thinly_after_a_dense_start_that_holds_most_samples_is_clean(thin_end: tuple[int, ...]) -> None:
+    """Features of 64 KiB a step kept for an epoch of 50 steps and cleared at its end, sampled at every
+    step up to 64 and then only 4 or 5 times (two real runs on a busy machine).
+
+    The last quarter of the samples lies in the dense start: thinned to their spacing (1 step), the fit
+    read the start's rise as a leak of 64 KiB/step with no error. The last quarter of the steps has the
+    spacing of the thinned end. And the dense start is no warm-up: it reached the level of the rest and
+    fell back below it (cut as one, the rest left too few samples for any verdict)."""
+    xs = [float(x) for x in [*range(1, 65), *thin_end]]
+    kept = 64 * 1024
+    heap = [BASE + (int(x - 1) % 50) * kept for x in xs[:-1]] + [BASE]  # the last reading: after the last clear
+    finding = analyse(Series("heap", xs, heap, 16 * 1024 * MIB), epoch_steps=[1, 51, 101, 151], ends_after_block=True)
+    assert finding.verdict == "clean", finding
+    leaking = analyse(Series("heap", xs, [BASE + x * kept for x in xs], 16 * 1024 * MIB))
+    assert (leaking.verdict, leaking.leak_kind) == ("leak", "per-iteration")
+    assert leaking.per_step_bytes == pytest.approx(kept, rel=0.01)
+
+
 def test_a_steady_leak_sampled_further_apart_than_its_epochs_is_per_iteration_not_per_epoch() -> None:
     # every interval of 100 steps holds an epoch's start (epochs of 60 steps): the growth is all "across
     # epochs", yet the few intervals inside an epoch grow at the same rate: no staircase

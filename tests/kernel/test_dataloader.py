@@ -70,6 +70,7 @@ def fill_shm_then_bus_error(kernel: Kernel, shm: Path) -> tuple[dict, str]:  # t
         timeout_s=120,
     )
     assert execution.status == "error"
+    assert execution.error is not None, [(m["msg_type"], str(m["content"])[:400]) for m in execution.iopub]
     report = kernel.value("torchmem_magic.last_report().to_dict()")
     victim = kernel.value("victim")
     # the last traceback keeps the dead iterator (and its segments) alive: release it for the next run
