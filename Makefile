@@ -24,8 +24,8 @@
 #   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
 #               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
 #               not part of `make test`
-#   make stress  slow (about two and a half hours here): stress-timing, then stress-full; fails on any failure (tools/stress); not
-#               part of `make test`
+#   make stress  slow (about two and a half hours here): stress-timing, then stress-full; fails on any failure
+#               (tools/stress); not part of `make test`
 #   make stress-timing  slow (about an hour here): beside a CPU burner, run the timing-sensitive tests (STRESS_TESTS)
 #               10 times in a row; fails on a test that fails in any of them
 #   make stress-full  slow (about an hour and a half here): beside a CPU burner, run `make test` 3 times in a row; fails on
@@ -165,11 +165,11 @@ stress-holders: setup
 	PYTHON=$(BIN)/python tools/no_flips 3 tests/kernel/test_framework_loops.py
 
 # the tests a busy machine could move: the browser, kernel timing, DataLoader workers and their deaths, the guard,
-# live ranks, holder scans, scan budgets, the terminal status
+# live ranks, holder scans, scan budgets, the terminal status, the sampler's listener rate
 STRESS_TESTS ?= tests/browser tests/kernel/test_dataloader.py tests/kernel/test_verdicts.py \
 	tests/kernel/test_framework_loops.py tests/kernel/test_guard_kernel.py tests/kernel/test_ranks_live.py \
 	tests/kernel/test_widget_models.py tests/unit/test_scan.py tests/cli/test_watch_status.py \
-	tests/kernel/test_live_update_threads.py tests/unit/test_routed_updates.py
+	tests/kernel/test_live_update_threads.py tests/unit/test_routed_updates.py tests/core/test_sampler.py
 
 stress: stress-timing stress-full
 
