@@ -427,3 +427,15 @@ def test_a_jump_only_the_reading_after_the_block_shows_lies_in_the_last_step() -
     f = analyse(Series("heap", steps, values, 16 * 1024 * MIB), ends_after_block=True)
     assert (f.verdict, f.leak_kind) == ("leak", "sporadic")
     assert f.sporadic_steps == ((51, 51), (101, 101), (151, 151), (201, 201), (250, 250))
+
+
+def test_one_rise_late_in_the_run_is_a_suspect_not_a_sporadic_leak() -> None:
+    """RSS rising once, by 6 MiB, at the reading after the block (an epoch's end temporaries the allocator
+    kept), or a cache filled late: a level change, not yet a leak; the same rise twice is one."""
+    rng = random.Random(9)
+    once = [BASE + rng.gauss(0, 64 * 1024) for _ in range(199)] + [BASE + 6 * MIB]
+    f = analyse(series(once), ends_after_block=True)
+    assert (f.verdict, f.leak_kind) == ("suspect", "sporadic") and f.sporadic_steps == ((200, 200),), f
+    twice = [v + (6 * MIB if i >= 100 else 0.0) for i, v in enumerate(once)]
+    f = analyse(series(twice), ends_after_block=True)
+    assert (f.verdict, f.leak_kind) == ("leak", "sporadic") and f.sporadic_steps == ((101, 101), (200, 200)), f
