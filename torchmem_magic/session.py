@@ -305,6 +305,13 @@ class MemwatchSession:
                 if _registry.active is self:
                     _registry.active = None
 
+    def _let_go(self) -> None:
+        """Let go of the roots provider (it may reference the user's namespace) and close the sources
+        (safe to repeat: an rmtree cut short leaves the directory)."""
+        if self.finder is not None:
+            self.finder.close()
+        self._close_sources()
+
     def _close_sources(self) -> None:
         """Close the /proc readers, the ranks' socket (and its temp directory), and remove the flight
         record: the run ended with this process alive."""
@@ -333,7 +340,7 @@ class MemwatchSession:
         try:
             ending.run(self._teardown)
         finally:
-            self.runtime.end()
+            ending.run(self.runtime.end)
         if restore_after_cut_step(exc, self._grad_enabled_at_start):
             print("torchmem_magic: the interrupt cut into the optimizer's step as it put autograd's grad mode back; "
                   f"grad mode is {'on' if self._grad_enabled_at_start else 'off'} again, as before the run", file=sys.stderr)
@@ -347,9 +354,7 @@ class MemwatchSession:
         try:
             ending.run_or_fall_back(lambda: make_report(True), lambda: make_report(False))
         finally:
-            if self.finder is not None:
-                self.finder.close()  # the roots provider may reference the user's namespace
-            despite_interrupts(self._close_sources, ending.interrupts)  # an rmtree cut short leaves the directory
+            ending.run(self._let_go)  # a death or a Ctrl-C here must not lose the report: it is not stored yet
         assert self.report is not None
         report = _registry.last = self.report
         listener, view = self.listener, self.view
