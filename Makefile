@@ -109,8 +109,11 @@ core: $(foreach v,$(CORE_VENVS),$(v)/.package)
 	.venv-py$*/bin/python -m pip install --quiet --disable-pip-version-check "pytest>=8"
 	touch $@
 
-# reinstalled (a wheel built from the checkout, a few seconds) whenever the package's files change
+# reinstalled (a wheel built from the checkout, a few seconds) whenever the package's files change; the build
+# directory goes first: setuptools copies the sources into build/lib over what an earlier build left there, so
+# modules since moved or removed would be installed too
 .venv-py%/.package: .venv-py%/.installed $(CORE_SOURCES)
+	rm -rf build
 	.venv-py$*/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall .
 	touch $@
 
