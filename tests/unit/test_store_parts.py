@@ -200,22 +200,30 @@ def test_a_watcher_whose_ranks_name_an_unreachable_store_says_so_once_and_keeps_
         feeds.close()
 
 
+def _ended_of(feeds: RankFeeds, rank: int) -> str | None:
+    """How rank `rank` ended, as the feeds say after a forced poll (None: not yet)."""
+    feeds.poll(force=True)
+    return {s.rank: s.ended for s in feeds.summaries() or ()}[rank]
+
+
+def _sleeping_ranks(feeds: RankFeeds) -> list[subprocess.Popen[bytes]]:
+    """Two child processes the feeds know as ranks 0 and 1."""
+    victims = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    for rank, victim in enumerate(victims):
+        feeds._apply({"k": "hello", "pid": victim.pid, "rank": rank, "host": "a"}, 0.0)
+    return victims
+
+
 def test_a_rank_sigkilled_while_the_oom_kill_counters_rose_died_by_the_oom_killer() -> None:
     counts = {"system": 7, "cgroup:/job": 2}
     feeds = RankFeeds(oom_counts=lambda: dict(counts))
-    victims = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    victims = _sleeping_ranks(feeds)
     try:
-        for rank, victim in enumerate(victims):
-            feeds._apply({"k": "hello", "pid": victim.pid, "rank": rank, "host": "a"}, 0.0)
-        def ended_of(rank: int) -> str | None:
-            feeds.poll(force=True)
-            return {s.rank: s.ended for s in feeds.summaries() or ()}[rank]
-
         victims[0].kill()  # the kill counters have not moved: a kill from outside
-        _until(lambda: ended_of(0) is not None)
+        _until(lambda: _ended_of(feeds, 0) is not None)
         counts["cgroup:/job"] += 1  # the kernel's OOM killer, in this job's cgroup
         victims[1].kill()
-        _until(lambda: ended_of(1) is not None)
+        _until(lambda: _ended_of(feeds, 1) is not None)
         ended = {s.rank: (s.status, s.ended) for s in feeds.summaries() or ()}
         assert ended == {0: ("killed", "SIGKILL"), 1: ("killed", "SIGKILL, by the OOM killer")}
     finally:
@@ -230,24 +238,17 @@ def test_a_rank_whose_exit_came_from_waitid_before_the_witness_is_not_judged_aga
     counts = {"system": 7}
     feeds = RankFeeds(oom_counts=lambda: dict(counts))
     witness_late = threading.Event()  # set: the exit witness reports what it saw
-    victims = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
     seen = feeds._exits.ended
     monkeypatch.setattr(feeds._exits, "ended", lambda pid: seen(pid) if witness_late.is_set() else None)
+    victims = _sleeping_ranks(feeds)
     try:
-        for rank, victim in enumerate(victims):
-            feeds._apply({"k": "hello", "pid": victim.pid, "rank": rank, "host": "a"}, 0.0)
-
-        def ended_of(rank: int) -> str | None:
-            feeds.poll(force=True)
-            return {s.rank: s.ended for s in feeds.summaries() or ()}[rank]
-
         victims[0].kill()  # from outside: the counters have not moved
-        _until(lambda: ended_of(0) is not None)  # known from waitid alone
+        _until(lambda: _ended_of(feeds, 0) is not None)  # known from waitid alone
         assert feeds.feeds[victims[0].pid].exited_s is None  # the premise: the witness has not said it yet
         counts["system"] += 1  # the OOM killer, for rank 1
         victims[1].kill()
         witness_late.set()
-        _until(lambda: ended_of(1) is not None and feeds.feeds[victims[0].pid].exited_s is not None)
+        _until(lambda: _ended_of(feeds, 1) is not None and feeds.feeds[victims[0].pid].exited_s is not None)
         ended = {s.rank: s.ended for s in feeds.summaries() or ()}
         assert ended == {0: "SIGKILL", 1: "SIGKILL, by the OOM killer"}
     finally:
