@@ -220,7 +220,9 @@ def _leading_jumps(xs: Sequence[float], ys: Sequence[float], jumps: Sequence[int
 
     When later jumps make the rest irregular, only a rise at the start that dwarfs the run's own
     growth (the optimizer's state at its first step) is told apart as warm-up."""
-    end_level = statistics.median(ys[-PERSISTENCE_POINTS:])
+    # the end's level from the last quarter of the steps: with a thinned tail of one or two samples, the
+    # last points are mostly the dense start's, and the rest's growth would read as none
+    end_level = statistics.median(ys[max(_late_from(xs), len(ys) - PERSISTENCE_POINTS):])
     cut = 0
     for j in jumps:
         if j >= rest:
@@ -291,17 +293,21 @@ def new_readings(xs: Sequence[float], values: Sequence[float]) -> tuple[list[flo
     return out_x, out_y
 
 
+def _late_from(xs: Sequence[float]) -> int:
+    """Index of the first sample in the run's last quarter of steps (not of samples: step samples come at
+    every step at first and thin out later, so the last samples by count may all lie in the dense start)."""
+    return bisect.bisect_left(xs, xs[-1] - 0.25 * (xs[-1] - xs[0]))
+
+
 def evenly_spaced(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
     """The samples thinned to the spacing of the run's last quarter of steps (at least its last 4
     samples), the first and the last kept. Step samples come at every step at first and thin out as the
     run goes on, and a robust slope (and the spread of its residuals) weighs each stretch of steps by
     its number of samples: a cycle's rising part, sampled at every step at the start (a window cleared
     every 64 steps), would read as steady growth with no noise. Thinned, every stretch of steps counts
-    alike. The quarter is one of steps, not of samples: where the dense start holds most samples, their
-    last quarter lies in it, and their spacing is that of the start."""
+    alike."""
     n = len(xs)
-    late_from = bisect.bisect_left(xs, xs[-1] - 0.25 * (xs[-1] - xs[0])) if n else 0
-    late = xs[min(late_from, max(0, n - 4)):]
+    late = xs[min(_late_from(xs), max(0, n - 4)):] if n else []
     gaps = sorted(b - a for a, b in zip(late, late[1:]))
     gap = gaps[len(gaps) // 2] if gaps else 0.0
     if n < 16 or gap <= 1:

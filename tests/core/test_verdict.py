@@ -429,6 +429,24 @@ def test_a_jump_only_the_reading_after_the_block_shows_lies_in_the_last_step() -
     assert f.sporadic_steps == ((51, 51), (101, 101), (151, 151), (201, 201), (250, 250))
 
 
+@pytest.mark.parametrize("thin_end", [(176, 250), (151, 250), (114, 203, 250)])
+def test_jumps_every_50th_step_with_one_in_the_dense_start_and_a_thin_tail_are_sporadic(thin_end: tuple[int, ...]) -> None:
+    """4 MiB kept after every 50th of 250 steps, sampled at every step up to 64 and then only 2 or 3
+    times (a busy machine): the dense start holds one jump, and the tail's intervals each hold one or two.
+
+    The jump in the dense start is no warm-up: the rest, measured at its end in steps, grows as fast on
+    average. Its end level was the median of the last 5 samples, mostly the dense start's, so the rest
+    read as flat, the jump was cut, and the tail's few intervals alone read as a steady leak."""
+    rng = random.Random(3)
+    xs = [float(x) for x in [*range(1, 65), *thin_end]]
+    kept = 4 * MIB
+    heap = [BASE + kept * sum(x >= j for j in (51, 101, 151, 201)) + rng.gauss(0, 16 * 1024) for x in xs]
+    heap[-1] += kept  # the last step's, read after the block
+    f = analyse(Series("heap", xs, heap, 16 * 1024 * MIB), ends_after_block=True)
+    assert (f.verdict, f.leak_kind, f.warmup_steps) == ("leak", "sporadic", 0), f
+    assert f.sporadic_steps[0] == (51, 51), f
+
+
 def test_one_rise_late_in_the_run_is_a_suspect_not_a_sporadic_leak() -> None:
     """RSS rising once, by 6 MiB, at the reading after the block (an epoch's end temporaries the allocator
     kept), or a cache filled late: a level change, not yet a leak; the same rise twice is one."""
