@@ -112,7 +112,7 @@ def main() -> str:
         report, steps, ram, n = run_loop(body)
         lines.append(f"| real loop ({n} steps): {name} | clean | {rule_a(ram)} | {rule_b(steps, ram, n)} | "
                      f"{report.verdict}" + (f" ({report.leak_kind})" if report.leak_kind else "") + " |")
-    return "\n".join(lines)
+    return "\n" + "\n".join(lines) + "\n"  # blank lines around it: a table right after an HTML comment is no table
 
 
 if __name__ == "__main__":
