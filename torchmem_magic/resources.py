@@ -35,6 +35,8 @@ class Resource:
         reported_as: the resource a leak of it is reported as (None: itself).
         limit: what it runs out against (the detector's exhaustion point, the guard's limit).
         runs_out: the detector's words for what happens at its limit ("this kernel is OOM-killed").
+        full_is_fatal: a reading at its limit means it ran out (a full tmpfs kills the DataLoader workers);
+            not so for VRAM, which a caching allocator keeps near full by design.
         guard_name: the guard's name of it ("/dev/shm"); None: the guard does not watch it.
         stopped_before: the guard's words for what it stopped ("the OOM killer").
         colour: its curve's colour in both figures; None: no curve.
@@ -57,6 +59,7 @@ class Resource:
     reported_as: str | None = None
     limit: Limit | None = None
     runs_out: str = "it runs out"
+    full_is_fatal: bool = False
     guard_name: str | None = None
     stopped_before: str = "its limit"
     colour: str | None = None
@@ -102,7 +105,7 @@ VRAM_RESERVED = Resource(
 )  # what their caching allocators hold
 SHM = Resource(
     "shm", "shm_used_bytes", "/dev/shm used", "shm", "shm", summary="shm", leak_rank=3, limit="shm",
-    runs_out="/dev/shm fills up (DataLoader workers die with a bus error)", guard_name="/dev/shm",
+    runs_out="/dev/shm fills up (DataLoader workers die with a bus error)", full_is_fatal=True, guard_name="/dev/shm",
     stopped_before="a DataLoader worker's bus error", colour="#9467bd", slow=True,
 )
 

@@ -44,6 +44,11 @@ def rate_unit(clock: str) -> str:
     return _CLOCK_WORDS[clock][0]
 
 
+def singular_noun(clock: str) -> str:
+    """'step', 'batch', 'forward call', 'second': one of what a clock counts."""
+    return _CLOCK_WORDS[clock][1]
+
+
 def count_noun(count: float, clock: str) -> str:
     """'200 steps', '1 batch', '40 forward calls', '3 seconds'."""
     _, one, many = _CLOCK_WORDS[clock]

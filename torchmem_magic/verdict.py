@@ -40,11 +40,13 @@ from .slopes import (
     theil_sen,
     warmup_length,
 )
-from .units import format_bytes, format_duration, plural_noun, rate_unit
+from .units import format_bytes, format_duration, plural_noun, rate_unit, singular_noun
 
 MIB = 1 << 20
 MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
 MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
+FULL_SHARE = 0.98  # a reading this close to its limit is at it: the resource ran out
+FILLED_FROM_SHARE = 0.5  # ... when it was below this share of the limit earlier in the run (it filled in the run)
 Z_LEAK = 5.0  # slope / its standard error for "leak"
 Z_SUSPECT = 3.0
 #: a staircase's epochs are flat inside: their own steps grow less than this share of the net growth
@@ -86,6 +88,7 @@ class ResourceFinding:
     net_growth_bytes: float = 0.0  # last minus first value after warm-up
     per_epoch_bytes: float | None = None  # a staircase's growth per epoch
     released_bytes: float = 0.0  # what the last reading gave back, left out of the judgement (see `released_at_the_end`)
+    full_at_step: float | None = None  # the first step whose reading was at the limit (see `_ran_out_at`)
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,21 @@ def _flat_within_epochs(xs: Sequence[float], ys: Sequence[float], boundary: set[
     return abs(growth) / within_steps * (xs[-1] - xs[0]) < WITHIN_EPOCH_SHARE * net
 
 
+def _ran_out_at(xs: Sequence[float], ys: Sequence[float], limit_bytes: float | None) -> int | None:
+    """Index of the first reading at the limit, when the series filled up to it in this run and was still
+    there at the end; else None.
+
+    Past that point the series cannot grow: a full /dev/shm mount stays full until the workers die of
+    it. Filled within a few steps (workers running ahead of a slow loop), it reads as a warm-up and a
+    plateau, so it is judged by how it filled, not by a fit."""
+    if not limit_bytes or len(ys) < 2 or ys[-1] < FULL_SHARE * limit_bytes:
+        return None
+    full = next(i for i, y in enumerate(ys) if y >= FULL_SHARE * limit_bytes)
+    if full == 0 or min(ys[: full + 1]) > FILLED_FROM_SHARE * limit_bytes or xs[full] <= xs[0]:
+        return None
+    return full
+
+
 def analyse(
     series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200, ends_after_block: bool = False
 ) -> ResourceFinding:
@@ -177,6 +195,15 @@ def analyse(
     `ends_after_block`: the last reading was taken after the block, so its interval also holds what ran
     after the last step."""
     xs, ys = _clean(series)
+    full = _ran_out_at(xs, ys, series.limit_bytes) if series.resource in _FATAL_WHEN_FULL else None
+    if full is not None:
+        start = min(range(full + 1), key=lambda i: ys[i])
+        fill = ys[full] - ys[start]
+        rate = fill / max(xs[full] - xs[start], 1.0)
+        return ResourceFinding(
+            series.resource, "leak", "per-iteration", rate, None, 0, 0.0, fill, steps_to_exhaustion=0.0,
+            net_growth_bytes=fill, full_at_step=xs[full],
+        )
     released = released_at_the_end(ys)
     if released:
         xs, ys = xs[:-1], ys[:-1]
@@ -239,6 +266,8 @@ def analyse(
     return finding("clean", None)
 
 
+#: the resources for which a reading at the limit means the run ran out of it
+_FATAL_WHEN_FULL = frozenset(r.key for r in resources.RESOURCES if r.full_is_fatal)
 _KILLED_BY = {r.key: r.runs_out for r in resources.RESOURCES if r.leak_rank is not None}
 #: what a resource's leak is reported as, where that is another resource (reserved VRAM as VRAM)
 _REPORTED_AS = {r.key: r.reported for r in resources.RESOURCES}
@@ -415,7 +444,11 @@ def decide(
         named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]
         headline += f", at {'seconds' if clock == 'time' else steps_word} {', '.join(named)}"
     advice.insert(0, headline)
-    if chosen.steps_to_exhaustion is not None:
+    if chosen.full_at_step is not None:
+        at = f"{singular_noun(clock)} {chosen.full_at_step:,.0f}"
+        advice.insert(1, f"it was at its limit from {at} on (it filled at {rate}), where "
+                         f"{_KILLED_BY.get(chosen.resource, 'it runs out')}")
+    elif chosen.steps_to_exhaustion is not None:
         if clock == "time":
             when = f"~{format_duration(chosen.steps_to_exhaustion, rough=True)}"
         else:

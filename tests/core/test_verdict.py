@@ -457,3 +457,22 @@ def test_one_rise_late_in_the_run_is_a_suspect_not_a_sporadic_leak() -> None:
     twice = [v + (6 * MIB if i >= 100 else 0.0) for i, v in enumerate(once)]
     f = analyse(series(twice), ends_after_block=True)
     assert (f.verdict, f.leak_kind) == ("leak", "sporadic") and f.sporadic_steps == ((101, 101), (200, 200)), f
+
+
+@pytest.mark.parametrize("full_at", [3, 5, 9])
+def test_a_mount_filled_to_its_limit_early_ran_out_and_is_a_leak_not_a_warmup(full_at: int) -> None:
+    """DataLoader workers running ahead of a slow loop fill a 16 MiB /dev/shm within a few steps, and it
+    stays full until they die of a bus error: read as a fit, a warm-up then a plateau (clean), or too few
+    steps after the warm-up (unknown). A full mount cannot grow: it is judged by how it filled."""
+    xs = [float(s) for s in range(1, 17)] + [16.0]
+    shm = [min(16.0, 16.0 * (x - 1) / (full_at - 1)) * MIB for x in xs]
+    heap = [100 * MIB] * len(xs)
+    d = decide([Series("shm", xs, shm, 16 * MIB), Series("heap", xs, heap, 16 * 1024 * MIB)], ends_after_block=True)
+    assert (d.verdict, d.leak_kind, d.resource) == ("leak", "per-iteration", "shm"), d
+    assert d.per_step_bytes == pytest.approx(16 * MIB / (full_at - 1))
+    assert f"it was at its limit from step {full_at} on" in d.advice[1], d.advice
+    # VRAM near full is the caching allocator's way, no sign it ran out; shm that emptied again did not run out
+    vram = decide([Series("vram_reserved", xs, shm, 16 * MIB), Series("heap", xs, heap, 16 * 1024 * MIB)])
+    assert vram.verdict != "leak", vram
+    emptied = decide([Series("shm", xs, [*shm[:-4], *[2 * MIB] * 4], 16 * MIB)])
+    assert not any("at its limit" in line for line in emptied.advice), emptied
