@@ -26,6 +26,7 @@ PATTERN_OF_RELEASE = 0.25  # ...with no earlier fall this big a share of it: the
 REST_FRACTION = 2 / 3  # a warm-up leaves a regular rest spanning at least this share of the run's steps
 LEVEL_NOISE_SCALES = 4.0  # a point this far below the rest's line is still warming up
 LEADING_JUMP_SPEEDUP = 10.0  # a leading jump grows this many times faster than the rest: warm-up
+SHOWN_OF_FITTED = 0.5  # a leak's late level lies above its early one by at least this share of its fitted growth
 
 
 def mad(values: Sequence[float]) -> float:
@@ -270,6 +271,19 @@ def released_at_the_end(ys: Sequence[float]) -> float:
         return 0.0
     earlier = max((a - b for a, b in zip(rest, rest[1:])), default=0.0)
     return fall if earlier < PATTERN_OF_RELEASE * fall else 0.0
+
+
+def shows_fitted_growth(xs: Sequence[float], ys: Sequence[float], slope: float) -> bool:
+    """Whether the series' late level is above its early level by at least SHOWN_OF_FITTED of what `slope`
+    grows between them (each level the median of a few points at its end, so one temporary does not count).
+
+    A fit leans on where the samples are: a cycle's rising part sampled at every step at first (a list
+    cleared at each epoch's end) gives a steep slope with no noise, while the thinned later samples, and
+    the end, lie back near the start. A steady leak's later samples lie on its line: its growth shows."""
+    k = max(1, min(PERSISTENCE_POINTS // 2 + 1, len(xs) // 3))
+    early_x, early_y = statistics.median(xs[:k]), statistics.median(ys[:k])
+    late_x, late_y = statistics.median(xs[-k:]), statistics.median(ys[-k:])
+    return late_y - early_y >= SHOWN_OF_FITTED * slope * (late_x - early_x)
 
 
 def spread_over_run(xs: Sequence[float], jumps: Sequence[int]) -> bool:

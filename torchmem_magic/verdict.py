@@ -36,6 +36,7 @@ from .slopes import (
     evenly_spaced,
     mad,
     released_at_the_end,
+    shows_fitted_growth,
     spread_over_run,
     theil_sen,
     warmup_length,
@@ -59,6 +60,8 @@ FIRST_TOUCH_BYTES_PER_WORKER = 16 * MIB
 #: their average rate, and by at least STILL_COPYING_MIN_BYTES (a first touch's tail moves a few KiB)
 STILL_COPYING_SHARE = 0.3
 STILL_COPYING_MIN_BYTES = 4 * MIB
+#: RSS growth is retention only where the heap in use grew by at least this share of it
+HEAP_SHARE_OF_RSS = 0.5
 #: priority when several resources leak: heap in use is retention itself; RSS may only be fragmentation
 RESOURCE_ORDER = resources.leak_order(resources.RESOURCES)
 
@@ -259,6 +262,7 @@ def analyse(
         # only a rise that comes again is a leak
         return finding("leak" if len(jumps) >= 2 else "suspect", "sporadic", ranges)
     z = slope / error
+    big_enough = big_enough and shows_fitted_growth(xs, ys, slope)
     if big_enough and z >= Z_LEAK:
         return finding("leak", "per-iteration")
     if big_enough and z >= Z_SUSPECT:
@@ -271,6 +275,12 @@ _FATAL_WHEN_FULL = frozenset(r.key for r in resources.RESOURCES if r.full_is_fat
 _KILLED_BY = {r.key: r.runs_out for r in resources.RESOURCES if r.leak_rank is not None}
 #: what a resource's leak is reported as, where that is another resource (reserved VRAM as VRAM)
 _REPORTED_AS = {r.key: r.reported for r in resources.RESOURCES}
+
+
+def _run_growth(series: Series) -> float:
+    """Last reading minus first, over the whole run."""
+    _, ys = _clean(series)
+    return ys[-1] - ys[0] if ys else 0.0
 
 
 def _workers_growth(series: Series, epoch_steps: Sequence[float] = ()) -> float:
@@ -384,6 +394,13 @@ def decide(
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
         )
     heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
+    # the heap in use says whether RSS growth is retention: not where it is flat, nor where it is no leak
+    # (too few steps past its warm-up, or only suspect) and grew far less than RSS over the run: RSS then
+    # grew by what the allocator kept
+    heap_flat = heap is not None and (heap.verdict == "clean" or (
+        heap.verdict != "leak" and rss is not None
+        and _run_growth(by_resource["heap"]) < HEAP_SHARE_OF_RSS * _run_growth(by_resource[rss.resource])
+    ))
     copy_on_access = None
     worker_epochs = () if workers_persistent else epoch_steps  # where the workers start again
     workers_growth = _workers_growth(by_resource["workers"], worker_epochs) if workers else 0.0
@@ -403,9 +420,10 @@ def decide(
             "the loop avoids that."
             + _copy_on_access_projection(by_resource["workers"], workers, first_pass_steps)
         )
-    elif rss and rss.verdict == "leak" and heap and heap.verdict == "clean":
+    elif rss and rss.verdict == "leak" and heap_flat:
         advice.append(
-            "RSS grows while the heap in use is flat: not memory your objects hold, but freed memory the "
+            f"RSS grows while the heap in use {'is flat' if heap.verdict == 'clean' else 'grew far less'}: "
+            "not memory your objects hold, but freed memory the "
             "allocator keeps (fragmentation) or libraries and buffers loaded on first use. The first kind "
             "comes back with ctypes.CDLL('libc.so.6').malloc_trim(0) (the 'return heap to OS' button)."
         )
@@ -414,7 +432,7 @@ def decide(
         f = findings.get(name)
         if f is None or f.verdict not in ("leak", "suspect"):
             continue
-        if name == "ram" and (copy_on_access is not None or (findings.get("heap") and findings["heap"].verdict == "clean")):
+        if name == "ram" and (copy_on_access is not None or heap_flat):
             continue  # explained above: fragmentation or the workers' copy-on-access
         if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
             chosen = f

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -81,4 +82,4 @@ def test_a_clean_loop_as_a_fresh_kernels_first_cell_is_clean(fresh_kernel: Kerne
     first and thinly later, both once read as a per-iteration leak here (6 of 6 runs)."""
     fresh_kernel.ok(SETUP)
     report = _verdict(fresh_kernel, CLEAN["epoch_features_cleared"])
-    assert report["verdict"] == "clean", report
+    assert report["verdict"] == "clean", json.dumps(report, default=str)  # all of it: the series say why
