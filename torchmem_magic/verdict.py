@@ -397,7 +397,7 @@ def decide(
     # the heap in use says whether RSS growth is retention: not where it is flat, nor where it is no leak
     # (too few steps past its warm-up, or only suspect) and grew far less than RSS over the run: RSS then
     # grew by what the allocator kept
-    heap_flat = heap is not None and (heap.verdict == "clean" or (
+    rss_not_retention = heap is not None and (heap.verdict == "clean" or (
         heap.verdict != "leak" and rss is not None
         and _run_growth(by_resource["heap"]) < HEAP_SHARE_OF_RSS * _run_growth(by_resource[rss.resource])
     ))
@@ -420,7 +420,7 @@ def decide(
             "the loop avoids that."
             + _copy_on_access_projection(by_resource["workers"], workers, first_pass_steps)
         )
-    elif rss and rss.verdict == "leak" and heap_flat:
+    elif rss and rss.verdict == "leak" and heap is not None and rss_not_retention:
         advice.append(
             f"RSS grows while the heap in use {'is flat' if heap.verdict == 'clean' else 'grew far less'}: "
             "not memory your objects hold, but freed memory the "
@@ -432,7 +432,7 @@ def decide(
         f = findings.get(name)
         if f is None or f.verdict not in ("leak", "suspect"):
             continue
-        if name == "ram" and (copy_on_access is not None or heap_flat):
+        if name == "ram" and (copy_on_access is not None or rss_not_retention):
             continue  # explained above: fragmentation or the workers' copy-on-access
         if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
             chosen = f
