@@ -23,12 +23,14 @@ from leaky_loops import FRAMEWORK_SETUP, FRAMEWORKS, HOLDER_CLEAN, HOLDER_LEAKS,
 
 pytestmark = pytest.mark.kernel
 
-#: what the tests read of a report (the series are left out: long, and no assertion needs them)
+#: what the tests read of a report (of the holders' scan series, only the steps scanned: a failure message says
+#: how many scans measured a holder whose growth is missing)
 REPORT = (
-    "(lambda r: {k: r[k] for k in ('verdict', 'leak_kind', 'resource', 'clock', 'steps', 'epochs', 'advice')}"
+    "(lambda r: {k: r[k] for k in ('verdict', 'leak_kind', 'resource', 'clock', 'steps', 'epochs', 'wall_s', 'advice')}"
     " | {'heap_per_step': (r['heap'] or {}).get('per_step'),"
     " 'suspects': [{k: s[k] for k in ('name', 'path', 'kind', 'tensors', 'graph_nodes', 'retained_bytes',"
-    " 'new_in_cell', 'growth_per_step', 'first_seen_step', 'fix')} for s in r['suspects']]})"
+    " 'new_in_cell', 'growth_per_step', 'first_seen_step', 'fix')}"
+    " | {'scanned_at_steps': [point[0] for point in s['series'] or ()]} for s in r['suspects']]})"
     "(torchmem_magic.last_report().to_dict())"
 )
 
