@@ -62,3 +62,19 @@ def test_only_long_lists_of_plain_data_are_remembered_and_nothing_is_kept_alive(
     assert memo.known_prefix(mixed, lambda item: True) == (0, 0)
     assert memo.known_prefix(long, lambda item: True) == (3_000, 3_000)
     assert (sys.getrefcount(long), sys.getrefcount(long[0])) == before
+
+
+def test_a_check_cut_short_by_the_scans_time_goes_on_at_the_next_scan() -> None:
+    """On a busy machine the first check of a long history takes longer than one scan may: the next scans
+    go on from where it stopped, and one of them measures the whole object (else none ever would)."""
+    run = {"records": records(200_000), "outputs": [torch.ones(8)]}
+    whole = scan(run, None)  # ~0.1 s on a quiet machine: five times what each scan below may take
+    memo = PlainListMemo()
+    short = Budget(time_s=0.02)
+    cut = []
+    for _ in range(200):  # a busy machine takes more scans to get through
+        cut.append(scan_roots([Root("run", "user", "run", run)], short, plain_lists=memo).roots[0])
+        if not cut[-1].truncated:
+            break
+    assert cut[0].truncated and not cut[-1].truncated, f"all {len(cut)} scans were cut short"
+    assert (cut[-1].tensors, cut[-1].plain_objects) == whole

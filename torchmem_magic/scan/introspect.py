@@ -219,10 +219,12 @@ def plain_data_containers(obj: Any, cls: type) -> int:
         values = obj.values()
     else:
         return 0
+    if len(obj) > 64:  # too long for a record: plain only as flat atomic values (stops at the first other)
+        return 1 if ATOMIC_EXACT.issuperset(map(type, values)) else 0
     value_types = set(map(type, values))
     if value_types <= ATOMIC_EXACT:
         return 1
-    if len(obj) > 64 or not value_types <= _ATOMIC_OR_SEQUENCE:
+    if not value_types <= _ATOMIC_OR_SEQUENCE:
         return 0
     containers = 1
     for value in values:

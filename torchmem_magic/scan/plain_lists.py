@@ -5,8 +5,9 @@ A run-state object holding tens of thousands of plain records (`history.records.
 step) costs ~0.5 µs a record to check for tensors: ~20 ms for 40,000, more than the scans during a short
 run may spend in all, so the holder beside those records went unmeasured until the end. Records are
 appended, not rewritten: a list seen before, still as long and starting and ending its checked part
-with the same objects, is checked from where the last scan stopped, plus a few items spread over the
-part already checked (a tensor written over an old record is found by the scan at the end of the cell,
+with the same objects, is checked from where the last scan stopped (also where its time ran out midway:
+on a busy machine the first check of 40,000 records takes longer than one scan may), plus a few items
+spread over the part already checked (a tensor written over an old record is found by the scan at the end of the cell,
 which checks everything). Only ids and counts are kept: no reference to the lists or their items.
 """
 
@@ -48,8 +49,10 @@ class PlainListMemo:
                 return 0, 0
         return checked, plain
 
-    def remember(self, items: list[Any], plain: int) -> None:
-        """`items` was checked whole (or from its known prefix on) and held only atomic or plain data."""
-        if len(items) < MIN_ITEMS or (id(items) not in self._lists and len(self._lists) >= MAX_LISTS):
+    def remember(self, items: list[Any], plain: int, checked: int | None = None) -> None:
+        """The first `checked` items of `items` (all of them by default) were checked and held only
+        atomic or plain data, `plain` containers among them."""
+        checked = len(items) if checked is None else checked
+        if len(items) < MIN_ITEMS or checked <= 0 or (id(items) not in self._lists and len(self._lists) >= MAX_LISTS):
             return
-        self._lists[id(items)] = (len(items), plain, id(items[0]), id(items[-1]))
+        self._lists[id(items)] = (checked, plain, id(items[0]), id(items[checked - 1]))

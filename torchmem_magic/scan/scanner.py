@@ -205,6 +205,8 @@ class Scanner:
             plain_objects += in_bulk
             if start < len(obj) and time.perf_counter() > self._deadline:
                 stats.truncated = self.truncated = True
+                if memo is not None:
+                    memo.remember(obj, plain_objects, checked=start)  # the next scan goes on from here
                 self.plain_objects += plain_objects
                 stats.plain_objects += plain_objects
                 return out
@@ -226,6 +228,8 @@ class Scanner:
         for i, (child, how, token) in enumerate(items):
             if i & 0x3FFF == 0x3FFF and time.perf_counter() > self._deadline:  # plain data skips the checks below
                 stats.truncated = self.truncated = True
+                if all_plain:
+                    memo.remember(obj, plain_objects, checked=start + i)  # type: ignore[union-attr]
                 all_plain = False
                 break
             child_type = type(child)
