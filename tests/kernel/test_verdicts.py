@@ -61,7 +61,10 @@ def test_leaking_loops(k: Kernel, name: str) -> None:
         assert all(any(lo <= step <= hi for lo, hi in ranges) for step in jumps), (jumps, ranges)
         # no range without a jump (the last step's jump shows only in the reading after the block)
         shown = [*jumps, report["steps"]]
-        assert all(any(lo <= step <= hi for step in shown) for lo, hi in ranges), (shown, ranges)
+        unexplained = [(lo, hi) for lo, hi in ranges if not any(lo <= step <= hi for step in shown)]
+        # what the heap did there (it failed once beside a CPU burner, with a range at step 64 alone)
+        near = [point for point in samples if any(lo - 3 <= point[0] <= hi + 3 for lo, hi in unexplained)]
+        assert not unexplained, (shown, ranges, near, report[resource])
         # each range is as narrow as the sampling allows: from the step after one sample to the next
         # sample (how many steps that is depends on how fast the loop ran beside the sampler), or the last
         # step for what only the reading after the block (which repeats that step) shows
