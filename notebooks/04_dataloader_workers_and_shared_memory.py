@@ -182,18 +182,23 @@ class SharedSamples(Dataset):
 %%memwatch --interval 20 --shm-path {small_shm}
 if mounted:
     loader = DataLoader(SharedSamples(small_shm), batch_size=1, num_workers=2)
+    failure = None
     try:
-        for step, x in enumerate(loader):
-            optimizer.zero_grad()
-            model(torch.randn(4, 8)).sum().backward()
-            optimizer.step()
-    except (RuntimeError, ConnectionError) as error:  # torch's message, or on a busy machine a reset connection
-        print(f'the loop failed at step {step}: {error}')
+        try:
+            for step, x in enumerate(loader):
+                optimizer.zero_grad()
+                model(torch.randn(4, 8)).sum().backward()
+                optimizer.step()
+        except (RuntimeError, ConnectionError) as error:  # torch's message, or on a busy machine a reset connection
+            failure = f'{error}'
+    except RuntimeError as again:  # torch's SIGCHLD handler reports a dead worker again while the loader lives
+        failure = failure or f'{again}'
+    print(f'the loop failed at step {step}: {failure}')
 else:
     print('skipped: no small tmpfs')
 
 # %% [markdown]
-# Each worker printed torch's own hint (*Unexpected bus error encountered in worker. This might be caused by insufficient shared memory*), and the loop failed with whatever it happened to see. The verdict is a leak in shm, and the first line of advice explains the death from how the workers ended and what the shm curve showed just before: *DataLoader worker … died (Bus error): /tmp/small-shm-… was 100% full (16.0 MiB of 16.0 MiB)*. The next line is the fix. For room, what counts is a bigger mount for the container (`docker run --shm-size=8g` or `--ipc=host`) or fewer batches in flight (fewer workers, a lower `prefetch_factor`, smaller batches); `file_system` helps when file descriptors run out, but its files live on the same mount.
+# Each worker printed torch's own hint (*Unexpected bus error encountered in worker. This might be caused by insufficient shared memory*), and the loop failed with whatever it happened to see. torch can report one death twice: where the loop waits for its batch, and again from its SIGCHLD handler while the loader's iterator lives, even inside the `except` that handles the first report, so the cell catches that one too and keeps only the text of the errors (an error object would keep the iterator alive). The verdict is a leak in shm, and the first line of advice explains the death from how the workers ended and what the shm curve showed just before: *DataLoader worker … died (Bus error): /tmp/small-shm-… was 100% full (16.0 MiB of 16.0 MiB)*. The next line is the fix. For room, what counts is a bigger mount for the container (`docker run --shm-size=8g` or `--ipc=host`) or fewer batches in flight (fewer workers, a lower `prefetch_factor`, smaller batches); `file_system` helps when file descriptors run out, but its files live on the same mount.
 
 # %%
 if mounted:
