@@ -1,5 +1,7 @@
 import math
 import os
+import platform
+import re
 import subprocess
 import sys
 import threading
@@ -453,11 +455,21 @@ killed.wait(); failed.wait()
 """
 
 
+def _kernel_at_least(*version: int) -> bool:
+    found = re.match(r"(\d+)\.(\d+)", platform.release())
+    return found is not None and tuple(map(int, found.groups())) >= version
+
+
 @linux_only
-def test_the_exit_witness_sees_when_and_how_processes_that_are_not_its_children_end() -> None:
+@pytest.mark.parametrize("reaped_after_s", [
+    pytest.param("1.5", id="reaped_late"),  # read while a zombie
+    pytest.param("0", id="reaped_at_once", marks=pytest.mark.skipif(  # gone before the witness's thread can look
+        not _kernel_at_least(6, 15), reason="pidfds keep the exit status from Linux 6.15 on")),
+])
+def test_the_exit_witness_sees_when_and_how_processes_that_are_not_its_children_end(reaped_after_s: str) -> None:
     from torchmem_magic.probes.exits import ExitWitness
 
-    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "1.5"], stdout=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, reaped_after_s], stdout=subprocess.PIPE, text=True)
     killed, failed = map(int, launcher.stdout.readline().split())  # type: ignore[union-attr]
     witness = ExitWitness(time.monotonic)
     try:

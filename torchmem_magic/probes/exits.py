@@ -5,14 +5,17 @@ status, and the launcher reaps it within a tenth of a second, then stops the oth
 SIGTERM. Which rank died first, and of what, decides which rank a report blames, and the ranks'
 streams cannot tell it: a quarter second apart, a dead rank's last message often comes after a
 surviving one's. A pidfd becomes readable the moment its process ends; the thread here wakes
-then, notes the time and reads the exit status from /proc while the process is still a zombie.
-Linux 5.3 and later; elsewhere nothing is seen and callers keep their other witnesses.
+then, notes the time and reads the exit status from /proc while the process is still a zombie; on
+a busy machine the launcher can reap it first, and then the pidfd itself still tells the status
+(Linux 6.15 and later). Linux 5.3 and later; elsewhere nothing is seen and callers keep their other
+witnesses.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +23,19 @@ from collections.abc import Callable
 from ..forensics import WorkerExit
 
 EXIT_CODE_FIELD = 49  # /proc/PID/stat's 52nd field (exit_code), counted after the ")" closing the name
+
+# ioctl(pidfd, PIDFD_GET_INFO) with its first 64-byte struct pidfd_info: a u64 mask of what to fill
+# (in) and what was filled (out) first; exit_code, in waitpid's form, is the s32 at byte 60
+PIDFD_INFO_BYTES = 64
+PIDFD_GET_INFO = (3 << 30) | (PIDFD_INFO_BYTES << 16) | (0xFF << 8) | 11  # _IOWR(0xFF, 11, 64 bytes)
+PIDFD_INFO_EXIT = 1 << 3
+PIDFD_INFO_EXIT_CODE_OFFSET = 60
+
+
+def _from_wait_status(pid: int, status: int) -> WorkerExit:
+    if status & 0x7F:
+        return WorkerExit(pid, status & 0x7F, None)
+    return WorkerExit(pid, None, (status >> 8) & 0xFF)
 
 
 def zombie_exit(pid: int) -> WorkerExit | None:
@@ -34,9 +50,23 @@ def zombie_exit(pid: int) -> WorkerExit | None:
         status = int(fields[EXIT_CODE_FIELD])
     except (OSError, IndexError, ValueError):
         return None
-    if status & 0x7F:
-        return WorkerExit(pid, status & 0x7F, None)
-    return WorkerExit(pid, None, (status >> 8) & 0xFF)
+    return _from_wait_status(pid, status)
+
+
+def pidfd_exit(pidfd: int, pid: int) -> WorkerExit | None:
+    """How the process behind `pidfd` ended, also after its parent reaped it; None while it runs
+    or where the kernel keeps no exit status on pidfds (before Linux 6.15)."""
+    import fcntl  # POSIX only; pidfds are Linux's
+
+    info = bytearray(PIDFD_INFO_BYTES)
+    struct.pack_into("=Q", info, 0, PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(pidfd, PIDFD_GET_INFO, info, True)
+    except OSError:
+        return None
+    if not struct.unpack_from("=Q", info, 0)[0] & PIDFD_INFO_EXIT:
+        return None
+    return _from_wait_status(pid, struct.unpack_from("=i", info, PIDFD_INFO_EXIT_CODE_OFFSET)[0])
 
 
 class ExitWitness:
@@ -113,7 +143,7 @@ class ExitWitness:
                     continue
                 with self._lock:
                     pid = self._pidfds.pop(pidfd)
-                how = zombie_exit(pid)  # read before the launcher reaps it
+                how = zombie_exit(pid) or pidfd_exit(pidfd, pid)  # the launcher may have reaped it
                 with self._lock:
                     self._ended[pid] = (now_s, how)
                 os.close(pidfd)
