@@ -31,6 +31,7 @@ from .results import report_long_text
 from .scan.results import Root
 from .session import MemwatchSession, active_session
 from .step_requests import StopTraining
+from .tracebacks import give_lines
 
 
 def widgets_available(shell: Any) -> bool:
@@ -125,6 +126,9 @@ class MemwatchMagics(Magics):
         __tracebackhide__ = True
         try:
             return self._memwatch(line, cell)
+        except BaseException as exc:  # a Ctrl-C's traceback, too, must be one IPython can show
+            give_lines(exc)
+            raise
         finally:
             if cell is not None:  # a Ctrl-C from now on finds the cell over: its reply must still go out
                 drop_late_interrupts(self.shell)
@@ -263,6 +267,13 @@ class MemwatchMagics(Magics):
         what deleting it would free, and the fix. Without EXPR: every user variable plus IPython's
         output cache and last traceback, as a list of holders.
         """
+        try:
+            return self._memcheck(line)
+        except BaseException as exc:  # a Ctrl-C during a long check, too, must show where it stopped
+            give_lines(exc)
+            raise
+
+    def _memcheck(self, line: str) -> Any:
         parsed = _parse_memcheck_line(line)
         if parsed is None:
             print(_help_text(MemwatchMagics.memcheck))

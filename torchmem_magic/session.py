@@ -35,6 +35,7 @@ from .sampler import Sampler
 from .step_requests import StepRequests
 from .steps import RunTime, StepCounter
 from .timeline import Timeline
+from .tracebacks import give_lines
 
 if TYPE_CHECKING:
     from .flight.recorder import FlightRecorder
@@ -398,4 +399,6 @@ class MemwatchSession:
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:  # a Ctrl-C's traceback, too, must be one IPython can show
+            give_lines(exc)
         self.stop(exc)

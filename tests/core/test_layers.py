@@ -19,7 +19,7 @@ PACKAGE = Path(torchmem_magic.__file__).parent
 #: (a package's `__init__` stands with its modules; a name ending in "." is every module under it)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("units", "needs", "model", "options", "resources", "step_sampling", "step_requests", "fixes")),
-    ("analysis", ("timeline", "slopes", "verdict", "holders", "forensics", "scan", "scan.", "notebook", "flight.place", "live_route")),
+    ("analysis", ("timeline", "slopes", "verdict", "holders", "forensics", "scan", "scan.", "notebook", "flight.place", "live_route", "tracebacks")),
     ("forms", ("render", "render.")),
     ("results", ("results",)),
     ("assembly", ("suspects", "merge", "report", "saved", "check", "compare", "ranks.protocol", "ranks.job")),

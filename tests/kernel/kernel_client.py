@@ -140,9 +140,12 @@ class Kernel:
         return int(self.ipykernel_version.split(".")[0]) >= 7
 
     def execute(
-        self, code: str, timeout_s: float = 120.0, interrupt_after_s: float | None = None, store_history: bool = True
+        self, code: str, timeout_s: float = 120.0, interrupt_after_s: float | None = None, store_history: bool = True,
+        interrupt_when_printed: str | None = None,
     ) -> Execution:
-        """Run `code`; collect iopub until the kernel is idle again; note when the reply arrived."""
+        """Run `code`; collect iopub until the kernel is idle again; note when the reply arrived. Interrupt
+        it (SIGINT, as the Stop button does) `interrupt_after_s` after the request, or once its stdout
+        holds `interrupt_when_printed`."""
         msg_id = self.kc.execute(code, store_history=store_history)
         deadline = time.monotonic() + timeout_s
         interrupt_at = None if interrupt_after_s is None else time.monotonic() + interrupt_after_s
@@ -151,9 +154,11 @@ class Kernel:
         while not (idle and execution.reply):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"kernel did not finish within {timeout_s}s: {code[:80]!r}")
-            if interrupt_at is not None and time.monotonic() >= interrupt_at:
+            if (interrupt_at is not None and time.monotonic() >= interrupt_at) or (
+                interrupt_when_printed is not None and interrupt_when_printed in execution.stdout
+            ):
                 self.km.interrupt_kernel()
-                interrupt_at = None
+                interrupt_at = interrupt_when_printed = None
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.05)
             except queue.Empty:

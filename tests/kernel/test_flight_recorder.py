@@ -105,7 +105,8 @@ def test_runs_that_end_in_any_way_the_kernel_survives_leave_no_record(notebook: 
     k.ok(LEAKING_RUN.replace("1_000_000", "50"))
     failed = k.execute(LEAKING_RUN.replace("1_000_000", "50") + "    if step == 20: raise ValueError('boom')\n")
     interrupted = k.execute(LEAKING_RUN.replace("kept.append", "_ = "), interrupt_after_s=2.0)
-    assert failed.error is not None and interrupted.error is not None
+    assert failed.error is not None, (failed.status, failed.stdout[-2000:])
+    assert interrupted.error is not None, (interrupted.status, interrupted.stdout[-2000:], interrupted.stderr[-2000:])
     assert interrupted.error["ename"] == "KeyboardInterrupt"
     records = notebook / "records"
     assert not records.exists() or list(records.iterdir()) == []

@@ -109,19 +109,52 @@ def test_keyboard_interrupt_stops_the_cell_reports_and_cleans_up(kernel: Kernel)
     before = kernel.value(STATE)
     execution = kernel.execute(
         "%%memwatch --interval 10\n"
-        "import time\n"
+        "import itertools, time\n"
         "model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "while True:\n"
+        "for step in itertools.count():\n"
         "    opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+        "    if step == 20:\n"
+        "        print('training', flush=True)\n"
         "    time.sleep(0.01)\n",
-        interrupt_after_s=3.0,
+        interrupt_when_printed="training",  # the first optimizer alone imports torch._dynamo: seconds
     )
     assert execution.status == "error" and execution.error["ename"] == "KeyboardInterrupt"
-    assert _at_cell_line(_traceback(execution), "[456]")
+    assert _at_cell_line(_traceback(execution), "[4-8]")
     report = kernel.value("torchmem_magic.last_report().to_dict()")
     assert report["status"] == "interrupted" and report["steps"] > 10
     text = [m for m in execution.of_type("display_data") if "memwatch: interrupted" in m["content"]["data"].get("text/plain", "")]
     assert text, "the report renders before the interrupt propagates"
+    assert kernel.value(STATE) == [before[0], 0]
+
+
+#: a busy loop whose jump back to its top has no line number on Python 3.11 (an `if` ends its body), where
+#: a Ctrl-C lands once it spins: IPython's formatter fails on a traceback entry without a line
+LOOP_JUMPING_BACK_WITHOUT_A_LINE = (
+    "x = 0\n"
+    "for step in range(10**12):\n"
+    "    if step == 1000:\n"
+    "        print('looping', flush=True)\n"
+)
+LOOP_HAS_A_LINELESS_JUMP = (
+    "any(i.opname.startswith('JUMP_BACKWARD') and getattr(i.positions, 'lineno', 0) is None "
+    f"for i in __import__('dis').get_instructions(compile({LOOP_JUMPING_BACK_WITHOUT_A_LINE!r}, 'cell', 'exec')))"
+)
+
+
+@pytest.mark.parametrize("front", ["%%memwatch --interval 10", "with torchmem_magic.memwatch():"])
+def test_an_interrupt_where_the_loop_has_no_line_number_shows_its_traceback(kernel: Kernel, front: str) -> None:
+    if not kernel.value(LOOP_HAS_A_LINELESS_JUMP):
+        pytest.skip("this Python gives the loop's jump back a line number: nothing to mend")
+    before = kernel.value(STATE)
+    indent = "    " if front.startswith("with") else ""
+    body = "".join(indent + line + "\n" for line in LOOP_JUMPING_BACK_WITHOUT_A_LINE.splitlines())
+    execution = kernel.execute(f"{front}\n{body}", interrupt_when_printed="looping")
+    assert "Unexpected exception formatting exception" not in execution.stdout, execution.stdout
+    assert execution.status == "error" and execution.error is not None, (execution.status, execution.stderr[-2000:])
+    assert execution.error["ename"] == "KeyboardInterrupt"
+    tb = _traceback(execution)
+    assert _at_cell_line(tb, "3") and "for step in range(10**12)" in tb, tb  # the loop's line: where it was
+    assert kernel.value("torchmem_magic.last_report().status") == "interrupted"
     assert kernel.value(STATE) == [before[0], 0]
 
 

@@ -1,0 +1,86 @@
+"""Tracebacks that IPython can show, also of an exception a signal handler raised.
+
+A signal handler's exception (a Ctrl-C's KeyboardInterrupt; a DataLoader worker's death, which torch's
+SIGCHLD handler raises) lands at whatever instruction runs, and Python 3.11 gives some instructions no
+line number: the jump back to a loop's top after an `if` or a `with` in its body, where a Ctrl-C of a
+busy loop usually lands. That frame's line and its traceback entry's are then None; IPython's formatter
+fails on either ("Unexpected exception formatting exception") and sends the front end no error: the
+cell fails with nothing shown. `give_lines` replaces each such entry by one that shows the same file,
+function and the line the instruction stands for. A frame's line cannot be set, so the new entry's frame
+is a stand-in: a frame of that file and function name that stopped at that line.
+"""
+
+from __future__ import annotations
+
+import dis
+from types import CodeType, FrameType, TracebackType
+from typing import Any
+
+#: jumps, whose target tells the line a jump without one belongs to
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+
+
+def line_standing_for(code: CodeType, offset: int) -> int:
+    """The line an instruction without one stands for: a jump's target's (a loop's jump back: its header
+    line), else the nearest line before it, else the `def` line."""
+    target = next((ins.argval for ins in dis.get_instructions(code) if ins.offset == offset and ins.opcode in _JUMPS), None)
+    lines = [(start, end, line) for start, end, line in code.co_lines() if line is not None]
+    if isinstance(target, int):
+        for start, end, line in lines:
+            if start <= target < end:
+                return line
+    before = [(start, line) for start, _, line in lines if start <= offset]
+    return max(before)[1] if before else code.co_firstlineno
+
+
+class _Captured(Exception):
+    """Raised by a stand-in frame's code, to catch the frame."""
+
+
+def stand_in_frame(frame: FrameType, line: int) -> FrameType:
+    """A finished frame of `frame`'s file, function name and module that stopped at `line`. It keeps
+    none of `frame`'s variables."""
+    original = frame.f_code
+    code = compile("\n" * (line - 1) + "raise captured", original.co_filename, "exec")
+    names: dict[str, Any] = {"co_name": original.co_name}
+    if hasattr(original, "co_qualname"):  # Python 3.11+
+        names["co_qualname"] = original.co_qualname
+    code = code.replace(**names)
+    try:
+        exec(code, {"__name__": frame.f_globals.get("__name__"), "captured": _Captured()})
+    except _Captured as caught:
+        assert caught.__traceback__ is not None and caught.__traceback__.tb_next is not None
+        return caught.__traceback__.tb_next.tb_frame
+    raise AssertionError("the stand-in's code always raises")
+
+
+def _with_lines(tb: TracebackType | None) -> TracebackType | None:
+    """`tb` with every entry that has no line number replaced (the same entries when none lacks one)."""
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    lineless = [index for index, entry in enumerate(entries) if entry.tb_lineno is None]
+    if not lineless:
+        return entries[0] if entries else None
+    for index in lineless:
+        frame = entries[index].tb_frame
+        stand_in = stand_in_frame(frame, line_standing_for(frame.f_code, entries[index].tb_lasti))
+        entries[index] = TracebackType(None, stand_in, stand_in.f_lasti, stand_in.f_lineno)
+    for entry, following in zip(entries, [*entries[1:], None]):
+        entry.tb_next = following
+    return entries[0]
+
+
+def give_lines(exc: BaseException) -> None:
+    """Give every traceback entry of `exc` and of the exceptions chained to it (cause, context, an
+    exception group's members) a line number, in place."""
+    pending: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = _with_lines(current.__traceback__)
+        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
