@@ -38,20 +38,28 @@ class _Captured(Exception):
 
 
 def stand_in_frame(frame: FrameType, line: int) -> FrameType:
-    """A finished frame of `frame`'s file, function name and module that stopped at `line`. It keeps
-    none of `frame`'s variables."""
+    """A finished frame of `frame`'s file, function name and module that stopped at `line`. It keeps none
+    of `frame`'s variables, and no caller: it is a generator's, whose finished frame (Python 3.11) has
+    no `f_back` (a function's would keep every frame up the stack alive, with their variables)."""
     original = frame.f_code
-    code = compile("\n" * (line - 1) + "raise captured", original.co_filename, "exec")
+    namespace: dict[str, Any] = {"__name__": frame.f_globals.get("__name__"), "captured": _Captured()}
+    del frame  # the traceback caught below holds this function's frame: not the original's variables
+    first = min(max(original.co_firstlineno, 1), line)  # the original's first line too: IPython reads its source from there
+    source = "\n" * (first - 1) + "def stand_in():" + "\n" * (line - first) + " raise captured; yield\n"
+    exec(compile(source, original.co_filename, "exec"), namespace)
     names: dict[str, Any] = {"co_name": original.co_name}
     if hasattr(original, "co_qualname"):  # Python 3.11+
         names["co_qualname"] = original.co_qualname
-    code = code.replace(**names)
+    stand_in = namespace.pop("stand_in")
+    stand_in.__code__ = stand_in.__code__.replace(**names)
     try:
-        exec(code, {"__name__": frame.f_globals.get("__name__"), "captured": _Captured()})
+        next(stand_in())
     except _Captured as caught:
         assert caught.__traceback__ is not None and caught.__traceback__.tb_next is not None
-        return caught.__traceback__.tb_next.tb_frame
-    raise AssertionError("the stand-in's code always raises")
+        finished = caught.__traceback__.tb_next.tb_frame
+        caught.__traceback__ = None  # it is in the stand-in's globals: no cycle through this frame
+    del namespace["captured"]
+    return finished
 
 
 def _with_lines(tb: TracebackType | None) -> TracebackType | None:

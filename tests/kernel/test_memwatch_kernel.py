@@ -114,7 +114,7 @@ def test_keyboard_interrupt_stops_the_cell_reports_and_cleans_up(kernel: Kernel)
         "for step in itertools.count():\n"
         "    opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
         "    if step == 20:\n"
-        "        print('training', flush=True)\n"
+        "        print('training')\n"
         "    time.sleep(0.01)\n",
         interrupt_when_printed="training",  # the first optimizer alone imports torch._dynamo: seconds
     )
@@ -133,7 +133,7 @@ LOOP_JUMPING_BACK_WITHOUT_A_LINE = (
     "x = 0\n"
     "for step in range(10**12):\n"
     "    if step == 1000:\n"
-    "        print('looping', flush=True)\n"
+    "        print('looping')  # no flush: it would wait for the kernel's I/O thread\n"
 )
 LOOP_HAS_A_LINELESS_JUMP = (
     "any(i.opname.startswith('JUMP_BACKWARD') and getattr(i.positions, 'lineno', 0) is None "
@@ -153,7 +153,7 @@ def test_an_interrupt_where_the_loop_has_no_line_number_shows_its_traceback(kern
     assert execution.status == "error" and execution.error is not None, (execution.status, execution.stderr[-2000:])
     assert execution.error["ename"] == "KeyboardInterrupt"
     tb = _traceback(execution)
-    assert _at_cell_line(tb, "3") and "for step in range(10**12)" in tb, tb  # the loop's line: where it was
+    assert _at_cell_line(tb, "3") and re.search(r"-+> 3\s+for step in range\(10\*\*12\)", tb), tb  # the loop's header
     assert kernel.value("torchmem_magic.last_report().status") == "interrupted"
     assert kernel.value(STATE) == [before[0], 0]
 
