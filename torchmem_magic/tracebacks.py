@@ -90,5 +90,8 @@ def give_lines(exc: BaseException) -> None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        current.__traceback__ = _with_lines(current.__traceback__)
+        try:
+            current.__traceback__ = _with_lines(current.__traceback__)
+        except Exception:  # a repair must never replace the exception it repairs: IPython's failure at worst
+            pass
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
