@@ -82,8 +82,8 @@ kernel = subprocess.Popen([sys.executable, "-m", "IPython", "--no-banner", "--ex
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 from torchmem_magic.flight.place import records_dir  # where records live (see the README)
 deadline = time.time() + 120
-while time.time() < deadline and not list(records_dir().glob("*.jsonl")):
-    time.sleep(0.1)  # its record appears when its %%memwatch run starts ...
+while time.time() < deadline and not list(records_dir().glob(f"*-{kernel.pid}-*.jsonl")):
+    time.sleep(0.1)  # its own record (its pid is in the name) appears when its %%memwatch run starts ...
 time.sleep(3)  # ... and we let it train for three seconds
 kernel.send_signal(signal.SIGKILL)
 print("killed with", signal.Signals(-kernel.wait()).name)
