@@ -55,6 +55,15 @@ def collect_young_garbage() -> None:
     gc.collect(1)
 
 
+def cuts_in_anywhere(error: BaseException) -> bool:
+    """Whether `error` is one a signal handler raises into whatever line runs, also before a function's
+    first `try`: a Ctrl-C's KeyboardInterrupt, or the DataLoader worker death that torch's SIGCHLD
+    handler raises (a full /dev/shm kills the workers one after another)."""
+    if isinstance(error, KeyboardInterrupt):
+        return True
+    return isinstance(error, Exception) and parse_worker_death(str(error)) is not None
+
+
 def despite_worker_deaths(action: Callable[[], None], interruptions: list[BaseException]) -> None:
     """Run `action` (safe to repeat), again when torch's SIGCHLD handler interrupts it with a
     "DataLoader worker ... killed" error; the interruptions are collected for the caller."""

@@ -20,8 +20,9 @@ from IPython.display import HTML, display
 from .agent.rank import adopt_forked
 from .check import check_roots
 from .flight.recorder import FlightRecorder
-from .late_interrupts import drop_late_interrupts
 from .forensics import parse_worker_death
+from .late_interrupts import drop_late_interrupts
+from .lifecycle import cuts_in_anywhere
 from .leak_finder import LeakSearch
 from .live_route import LiveRoute, route_for_kernel
 from .notebook import notebook_roots, recent_sources
@@ -181,12 +182,12 @@ class MemwatchMagics(Magics):
             return report if args.return_report else None
         except BaseException as exc:
             # the session must stop whatever cuts in (else its thread and hooks stay, and every later cell is
-            # refused as nested): a second Ctrl-C can land before stop() has begun (seen at this block's very
-            # first line), so the stop is in a `try` of this frame, retried once on an interrupt
+            # refused as nested): a second Ctrl-C, or a second worker's death, can land before stop() has begun
+            # (seen at this block's very first line), so the stop is in a `try` of this frame, retried once then
             try:
                 self._end(session, exc, args, plot)
-            except KeyboardInterrupt:
-                if session.report is not None:  # one while the report was shown: it stops the cell
+            except BaseException as cut:
+                if session.report is not None or not cuts_in_anywhere(cut):  # e.g. a Ctrl-C as the report showed
                     raise
                 self._end(session, exc, args, plot)
             if session.report is None and isinstance(exc, KeyboardInterrupt):  # while the figure was made or the session started
@@ -196,10 +197,10 @@ class MemwatchMagics(Magics):
             raise
         try:
             report = self._end(session, None, args, plot)
-        except KeyboardInterrupt as interrupt:  # a Ctrl-C as the body ended, before stop() took over
-            if session.report is not None:
+        except BaseException as cut:  # as the body ended, before stop() took over: it ends the cell
+            if session.report is not None or not cuts_in_anywhere(cut):
                 raise
-            self._end(session, interrupt, args, plot)
+            self._end(session, cut, args, plot)
             raise
         if args.return_report:
             if value is not None:
@@ -210,7 +211,8 @@ class MemwatchMagics(Magics):
     def _end(self, session: MemwatchSession, exc: BaseException | None, args: Any, plot: bool) -> Any:
         """`_stop_and_show` unless the session never ran; again when torch's SIGCHLD handler raised a
         DataLoader worker's death before stop() had begun (it raises into whatever line runs; the report
-        explains the death). The caller retries it on a KeyboardInterrupt (one can land at its first line)."""
+        explains the death). The caller retries it once when such a death or a Ctrl-C lands at its first
+        line, before its `try`."""
         for attempt in range(4):
             try:
                 return self._stop_and_show(session, exc, args, plot) if session.running else session.report

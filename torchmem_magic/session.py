@@ -20,7 +20,9 @@ from .grad_mode import grad_enabled, restore_after_cut_step
 from .guard import MemoryGuard
 from .hooks import LoaderPass, StepClock, TrainingHooks
 from .leak_finder import LeakFinder, LeakSearch
-from .lifecycle import Ending, Registry, collect_young_garbage, despite_interrupts, despite_worker_deaths
+from .lifecycle import (
+    Ending, Registry, collect_young_garbage, cuts_in_anywhere, despite_interrupts, despite_worker_deaths,
+)
 from .live_view import Listener, LiveView
 from .model import Clock, Suspect
 from .options import SessionOptions
@@ -401,4 +403,11 @@ class MemwatchSession:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None:  # a Ctrl-C's traceback, too, must be one IPython can show
             give_lines(exc)
-        self.stop(exc)
+        try:
+            self.stop(exc)
+        except BaseException as cut:  # a Ctrl-C or a worker's death at stop()'s first line, before its `try`
+            if self.report is not None or not cuts_in_anywhere(cut):
+                raise
+            self.stop(exc)
+            if exc is None:  # it ends the block, as it would have in the body
+                raise

@@ -200,3 +200,43 @@ def test_a_ctrl_c_before_the_stop_began_still_stops_the_session_and_reports(kern
     assert "memwatch: interrupted" in execution.stdout
     assert kernel.value(LEFT) == [[], 0, True]
     assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
+
+
+# a second worker's death that torch's SIGCHLD handler raises at the first line of the magic's end, before
+# its `try` (a full /dev/shm kills the workers one after another): the first call that would end raises it
+DEATH_AT_THE_END = """\
+import torchmem_magic.magics as _tm_magics
+_tm_real_end = _tm_magics.MemwatchMagics._end
+_tm_ends = []
+def _tm_end_cut_by_a_death(self, *args, **kwargs):
+    if not _tm_ends:
+        _tm_ends.append(1)
+        raise RuntimeError('DataLoader worker (pid(s) 4243) exited unexpectedly')
+    return _tm_real_end(self, *args, **kwargs)
+_tm_magics.MemwatchMagics._end = _tm_end_cut_by_a_death
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "ename", "headline"),
+    [
+        pytest.param("raise ConnectionResetError(104, 'Connection reset by peer')  # the loop saw the first death",
+                     "ConnectionResetError", "memwatch: failed", id="the-body-raised"),
+        pytest.param("x = 1  # the body ended", "RuntimeError", "memwatch: failed", id="the-body-ended"),
+    ],
+)
+def test_a_worker_death_before_the_end_began_still_stops_the_session_and_reports(
+    kernel: Kernel, body: str, ename: str, headline: str
+) -> None:
+    """Once in a full run: the full-/dev/shm cell failed, and `last_report()` was None afterwards."""
+    kernel.ok(DEATH_AT_THE_END)
+    try:
+        execution = kernel.execute(f"%%memwatch --no-plot\n{body}\n")
+    finally:
+        kernel.ok("_tm_magics.MemwatchMagics._end = _tm_real_end")
+    assert kernel.value("_tm_ends") == [1]  # the death was raised
+    assert execution.status == "error" and execution.error is not None and execution.error["ename"] == ename
+    assert headline in execution.stdout
+    assert kernel.value("torchmem_magic.last_report().status") == "error"
+    assert kernel.value(LEFT) == [[], 0, True]
+    assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")

@@ -273,3 +273,33 @@ def test_a_close_cut_short_after_the_descriptor_closed_is_repeated_without_closi
         reader.close()
     monkeypatch.undo()
     reader.close()  # no OSError (EBADF), and no other file's descriptor closed
+
+
+@pytest.mark.parametrize(
+    "cut", [KeyboardInterrupt(), RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. ")],
+    ids=["ctrl-c", "worker-death"],
+)
+@pytest.mark.parametrize("body_raises", [True, False], ids=["the-body-raised", "the-body-ended"])
+def test_a_cut_at_the_first_line_of_stop_still_ends_the_block_with_its_report(
+    monkeypatch: pytest.MonkeyPatch, cut: BaseException, body_raises: bool
+) -> None:
+    """A Ctrl-C, or a second worker's death raised by torch's SIGCHLD handler, landing at stop()'s first
+    line (before its `try`): `with memwatch()` stops again, so no session stays active."""
+    real_stop = MemwatchSession.stop
+    cuts = []
+
+    def stop(self: MemwatchSession, exc: BaseException | None = None) -> Any:
+        if not cuts:
+            cuts.append(1)
+            raise cut
+        return real_stop(self, exc)
+
+    monkeypatch.setattr(MemwatchSession, "stop", stop)
+    with pytest.raises((type(cut), ConnectionResetError)) as raised:
+        with memwatch(10, quiet=True) as session:
+            if body_raises:
+                raise ConnectionResetError(104, "Connection reset by peer")
+    assert cuts == [1]
+    assert raised.type is (ConnectionResetError if body_raises else type(cut))
+    assert session.report is not None and last_report() is session.report
+    assert _left_behind() == []
