@@ -53,6 +53,33 @@ def test_proportional_memory_of_self() -> None:
     assert 0 < reading.uss_bytes <= reading.pss_bytes <= psutil.Process().memory_info().rss * 1.05
 
 
+def _zombie() -> subprocess.Popen[bytes]:
+    """A child that has exited and is not reaped yet, as a DataLoader worker is at its epoch's end."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{child.pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    return child
+
+
+@linux_only
+@pytest.mark.parametrize("source", ["smaps_rollup", "psutil"])
+def test_proportional_memory_of_an_exited_unreaped_process_is_none(monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    """Its memory map is gone: psutil reads all zeros, which would count as a worker's peak of 0."""
+    if source == "psutil":  # a kernel without smaps_rollup (before Linux 4.14): psutil reads smaps
+
+        def no_rollup(*_: object) -> None:
+            raise FileNotFoundError
+
+        monkeypatch.setattr(process_probe, "open", no_rollup, raising=False)
+    child = _zombie()
+    try:
+        assert read_proportional_memory(child.pid) is None
+    finally:
+        child.wait()
+
+
 def test_heap_probe_sees_a_tensor_come_and_go() -> None:
     probe = HeapProbe()
     if not probe.available:

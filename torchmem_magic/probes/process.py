@@ -86,7 +86,9 @@ class ProportionalMemory:
 def read_proportional_memory(pid: int) -> ProportionalMemory | None:
     """PSS/USS of `pid` via /proc/<pid>/smaps_rollup (psutil elsewhere); None if unavailable.
 
-    Costs milliseconds per process (more for big processes): call it at a slow, adaptive rate.
+    Costs milliseconds per process (more for big processes): call it at a slow, adaptive rate. A process
+    that has exited but is not reaped yet (a DataLoader worker at its epoch's end) has no memory map: it
+    gives None, not a reading of 0 (psutil reads it as all zeros), so its peak keeps its live readings.
     """
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
@@ -99,13 +101,16 @@ def read_proportional_memory(pid: int) -> ProportionalMemory | None:
             return ProportionalMemory(
                 values[b"Pss"], values.get(b"Private_Clean", 0) + values.get(b"Private_Dirty", 0)
             )
+    except ProcessLookupError:  # exited: a zombie's entry stays, its memory map is gone
+        return None
     except (OSError, ValueError, IndexError):
         pass
     try:
         info = psutil.Process(pid).memory_full_info()
-        return ProportionalMemory(int(getattr(info, "pss", info.uss)), int(info.uss))
     except (psutil.Error, AttributeError, OSError):
         return None
+    pss_bytes, uss_bytes = int(getattr(info, "pss", info.uss)), int(info.uss)
+    return ProportionalMemory(pss_bytes, uss_bytes) if pss_bytes or uss_bytes else None
 
 
 @functools.cache
