@@ -22,8 +22,8 @@ from .check import check_roots
 from .flight.recorder import FlightRecorder
 from .forensics import parse_worker_death
 from .late_interrupts import drop_late_interrupts
-from .lifecycle import cuts_in_anywhere
 from .leak_finder import LeakSearch
+from .lifecycle import cuts_in_anywhere
 from .live_route import LiveRoute, route_for_kernel
 from .notebook import notebook_roots, recent_sources
 from .options import DEFAULT_INTERVAL_MS, SessionOptions
