@@ -172,18 +172,18 @@ def test_a_ctrl_c_just_after_the_cell_ended_does_not_lose_its_reply(kernel: Kern
     assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
 
 
-# a second Ctrl-C landing at the very start of the end (as a SIGINT can at the first line of a function, before
-# any `try` of it): the first call that would stop the session raises it instead
-INTERRUPTED_END = """\
+# a cut that lands at the very start of the end (as a signal's exception can at the first line of a function,
+# before any `try` of it): the first call of MemwatchMagics.{method} raises {cut} instead
+CUT_ON_FIRST_CALL = """\
 import torchmem_magic.magics as _tm_magics
-_tm_real_stop_and_show = _tm_magics.MemwatchMagics._stop_and_show
-_tm_stops = []
-def _tm_interrupted_stop_and_show(self, *args, **kwargs):
-    if not _tm_stops:
-        _tm_stops.append(1)
-        raise KeyboardInterrupt
-    return _tm_real_stop_and_show(self, *args, **kwargs)
-_tm_magics.MemwatchMagics._stop_and_show = _tm_interrupted_stop_and_show
+_tm_real = _tm_magics.MemwatchMagics.{method}
+_tm_cut_calls = []
+def _tm_cut_on_first_call(self, *args, **kwargs):
+    if not _tm_cut_calls:
+        _tm_cut_calls.append(1)
+        raise {cut}
+    return _tm_real(self, *args, **kwargs)
+_tm_magics.MemwatchMagics.{method} = _tm_cut_on_first_call
 """
 
 
@@ -191,30 +191,19 @@ _tm_magics.MemwatchMagics._stop_and_show = _tm_interrupted_stop_and_show
 def test_a_ctrl_c_before_the_stop_began_still_stops_the_session_and_reports(kernel: Kernel, body: str) -> None:
     """Seen in the campaign (double_interrupt): the second SIGINT landed on the first line of the magic's
     `except` block, before the stop began; the session stayed active and every later cell was refused."""
-    kernel.ok(INTERRUPTED_END)
+    kernel.ok(CUT_ON_FIRST_CALL.format(method="_stop_and_show", cut="KeyboardInterrupt"))
     try:
         execution = kernel.execute(f"%%memwatch --no-plot\n{body}\n")
     finally:
-        kernel.ok("_tm_magics.MemwatchMagics._stop_and_show = _tm_real_stop_and_show")
+        kernel.ok("_tm_magics.MemwatchMagics._stop_and_show = _tm_real")
     assert execution.status == "error" and execution.error is not None and execution.error["ename"] == "KeyboardInterrupt"
     assert "memwatch: interrupted" in execution.stdout
     assert kernel.value(LEFT) == [[], 0, True]
     assert kernel.ok("%%memwatch --no-plot\nx = 1").stdout.startswith("memwatch: ok")
 
 
-# a second worker's death that torch's SIGCHLD handler raises at the first line of the magic's end, before
-# its `try` (a full /dev/shm kills the workers one after another): the first call that would end raises it
-DEATH_AT_THE_END = """\
-import torchmem_magic.magics as _tm_magics
-_tm_real_end = _tm_magics.MemwatchMagics._end
-_tm_ends = []
-def _tm_end_cut_by_a_death(self, *args, **kwargs):
-    if not _tm_ends:
-        _tm_ends.append(1)
-        raise RuntimeError('DataLoader worker (pid(s) 4243) exited unexpectedly')
-    return _tm_real_end(self, *args, **kwargs)
-_tm_magics.MemwatchMagics._end = _tm_end_cut_by_a_death
-"""
+# a second worker's death (a full /dev/shm kills the workers one after another) at the magic's end's first line
+DEATH = "RuntimeError('DataLoader worker (pid(s) 4243) exited unexpectedly')"
 
 
 @pytest.mark.parametrize(
@@ -229,12 +218,12 @@ def test_a_worker_death_before_the_end_began_still_stops_the_session_and_reports
     kernel: Kernel, body: str, ename: str, headline: str
 ) -> None:
     """Once in a full run: the full-/dev/shm cell failed, and `last_report()` was None afterwards."""
-    kernel.ok(DEATH_AT_THE_END)
+    kernel.ok(CUT_ON_FIRST_CALL.format(method="_end", cut=DEATH))
     try:
         execution = kernel.execute(f"%%memwatch --no-plot\n{body}\n")
     finally:
-        kernel.ok("_tm_magics.MemwatchMagics._end = _tm_real_end")
-    assert kernel.value("_tm_ends") == [1]  # the death was raised
+        kernel.ok("_tm_magics.MemwatchMagics._end = _tm_real")
+    assert kernel.value("_tm_cut_calls") == [1]  # the death was raised
     assert execution.status == "error" and execution.error is not None and execution.error["ename"] == ename
     assert headline in execution.stdout
     assert kernel.value("torchmem_magic.last_report().status") == "error"
