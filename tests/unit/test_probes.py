@@ -518,3 +518,48 @@ def test_the_exit_witness_sees_when_and_how_processes_that_are_not_its_children_
     assert not [fd for fd in os.listdir("/proc/self/fd") if "pidfd" in os.path.realpath(f"/proc/self/fd/{fd}")]
     witness.watch(os.getpid())  # after close: nothing is started
     assert witness.ended(os.getpid()) is None and not any(t.name == "torchmem_magic-exits" for t in threading.enumerate())
+
+
+class _Reaping:
+    """A process its parent's wait has taken (state X) and the kernel releases at the `released_at`-th
+    look: only then does its pidfd hold the status, as in Linux's release_task."""
+
+    def __init__(self, released_at: int, kept_on_pidfd: bool) -> None:
+        self.looks, self.released_at, self.kept_on_pidfd = 0, released_at, kept_on_pidfd
+
+    def stat_fields(self, pid: int) -> list[bytes] | None:
+        self.looks += 1
+        return [b"X"] if self.looks < self.released_at else None
+
+    def pidfd_exit(self, pidfd: int, pid: int) -> WorkerExit | None:
+        released = self.looks >= self.released_at
+        return WorkerExit(pid, 9, None) if released and self.kept_on_pidfd else None
+
+
+@pytest.mark.parametrize("kept_on_pidfd", [True, False], ids=["linux-6.15-on", "older"])
+def test_an_exit_read_while_its_parent_reaps_it_waits_for_the_release(
+    monkeypatch: pytest.MonkeyPatch, kept_on_pidfd: bool
+) -> None:
+    from torchmem_magic.probes import exits
+
+    reaping = _Reaping(released_at=6, kept_on_pidfd=kept_on_pidfd)
+    monkeypatch.setattr(exits, "_stat_fields", reaping.stat_fields)
+    monkeypatch.setattr(exits, "pidfd_exit", reaping.pidfd_exit)
+    started = time.monotonic()
+    how = exits.how_it_ended(-1, 4242, wait_s=30.0)
+    assert how == (WorkerExit(4242, 9, None) if kept_on_pidfd else None)
+    assert reaping.looks >= reaping.released_at and time.monotonic() - started < 10  # not the whole wait
+
+
+@linux_only
+def test_only_a_process_in_its_reaping_reads_as_being_reaped() -> None:
+    from torchmem_magic.probes.exits import being_reaped, zombie_exit
+
+    child = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    deadline = time.monotonic() + 10
+    while zombie_exit(child.pid) is None and time.monotonic() < deadline:  # a zombie until we wait
+        time.sleep(0.01)
+    assert zombie_exit(child.pid) == WorkerExit(child.pid, 9, None)
+    assert not being_reaped(child.pid) and not being_reaped(os.getpid())
+    child.wait()
+    assert not being_reaped(child.pid)  # gone

@@ -7,7 +7,7 @@ streams cannot tell it: a quarter second apart, a dead rank's last message often
 surviving one's. A pidfd becomes readable the moment its process ends; the thread here wakes
 then, notes the time and reads the exit status from /proc while the process is still a zombie; on
 a busy machine the launcher can reap it first, and then the pidfd itself still tells the status
-(Linux 6.15 and later). Linux 5.3 and later; elsewhere nothing is seen and callers keep their other
+(Linux 6.15 and later), once the reaping is done. Linux 5.3 and later; elsewhere nothing is seen and callers keep their other
 witnesses.
 """
 
@@ -30,6 +30,8 @@ PIDFD_INFO_BYTES = 64
 PIDFD_GET_INFO = (3 << 30) | (PIDFD_INFO_BYTES << 16) | (0xFF << 8) | 11  # _IOWR(0xFF, 11, 64 bytes)
 PIDFD_INFO_EXIT = 1 << 3
 PIDFD_INFO_EXIT_CODE_OFFSET = 60
+REAPING_WAIT_S = 0.5  # the most one exit waits for its parent's reaping to end
+REAPING_POLL_S = 0.001
 
 
 def _from_wait_status(pid: int, status: int) -> WorkerExit:
@@ -38,19 +40,33 @@ def _from_wait_status(pid: int, status: int) -> WorkerExit:
     return WorkerExit(pid, None, (status >> 8) & 0xFF)
 
 
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the name (the state first); None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+
+
 def zombie_exit(pid: int) -> WorkerExit | None:
     """How `pid` ended while it is a zombie (its parent has not reaped it yet); None otherwise.
 
     The status is in waitpid's form; Linux shows it to the process's own user only (others read 0)."""
+    fields = _stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            fields = file.read().rpartition(b")")[2].split()
-        if fields[0] != b"Z":
+        if fields is None or fields[0] != b"Z":
             return None
         status = int(fields[EXIT_CODE_FIELD])
-    except (OSError, IndexError, ValueError):
+    except (IndexError, ValueError):
         return None
     return _from_wait_status(pid, status)
+
+
+def being_reaped(pid: int) -> bool:
+    """Whether `pid` is in the moment between its parent's wait taking it (state X) and its release."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[:1] == [b"X"]
 
 
 def pidfd_exit(pidfd: int, pid: int) -> WorkerExit | None:
@@ -67,6 +83,22 @@ def pidfd_exit(pidfd: int, pid: int) -> WorkerExit | None:
     if not struct.unpack_from("=Q", info, 0)[0] & PIDFD_INFO_EXIT:
         return None
     return _from_wait_status(pid, struct.unpack_from("=i", info, PIDFD_INFO_EXIT_CODE_OFFSET)[0])
+
+
+def how_it_ended(pidfd: int, pid: int, wait_s: float = REAPING_WAIT_S) -> WorkerExit | None:
+    """How the process behind a readable `pidfd` ended: read as a zombie, else from the pidfd.
+
+    Its parent's wait marks it dead (state X) before the kernel releases it and stores the status
+    on the pidfd: read in that moment, neither tells. Then it is read again until the release is
+    done (microseconds, longer when the machine is busy), for at most `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        how = zombie_exit(pid) or pidfd_exit(pidfd, pid)
+        if how is not None or time.monotonic() >= deadline:
+            return how
+        if not being_reaped(pid):
+            return pidfd_exit(pidfd, pid)  # released now: stored, where the kernel keeps it
+        time.sleep(REAPING_POLL_S)
 
 
 class ExitWitness:
@@ -143,7 +175,7 @@ class ExitWitness:
                     continue
                 with self._lock:
                     pid = self._pidfds.pop(pidfd)
-                how = zombie_exit(pid) or pidfd_exit(pidfd, pid)  # the launcher may have reaped it
+                how = how_it_ended(pidfd, pid)  # the launcher may be reaping it, or have reaped it
                 with self._lock:
                     self._ended[pid] = (now_s, how)
                 os.close(pidfd)
