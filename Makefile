@@ -24,11 +24,11 @@
 #   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
 #               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
 #               not part of `make test`
-#   make stress  slow (about two and a half hours here): stress-timing, then stress-full; fails on any failure
+#   make stress  slow (about two hours here): stress-timing, then stress-full; fails on any failure
 #               (tools/stress); not part of `make test`
 #   make stress-timing  slow (about an hour here): beside a CPU burner, run the timing-sensitive tests (STRESS_TESTS)
 #               10 times in a row; fails on a test that fails in any of them
-#   make stress-full  slow (about an hour and a half here): beside a CPU burner, run `make test` 3 times in a row; fails on
+#   make stress-full  slow (about an hour and ten minutes here): beside a CPU burner, run `make test` 3 times in a row; fails on
 #               any red run
 #   make device-check  on a machine with a CUDA GPU: check what only a real device shows (tools/device_check),
 #               with the machine's own python3 and torch (no venv: a CUDA torch is what it needs); writes
