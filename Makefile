@@ -17,7 +17,7 @@
 #               regresses past its stored baseline (bench/goals.json; docs/benchmarks.md, "Checking for
 #               regressions"); not part of `make test`: too long for CI
 #   make faults  set up (the kernel client and ipykernel come with the test group), then run the fault campaign
-#               (bench/faults.py: each fault 30 times in a real kernel beside 2 CPU burners, ~45 minutes; as root it
+#               (bench/faults.py: each fault 30 times in a real kernel beside 2 CPU burners, ~25 minutes here; as root it
 #               mounts the small filesystems some faults need) and rewrite its table in docs/faults.md; not part of
 #               `make test` or `make bench`: too long
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
