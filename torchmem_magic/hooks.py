@@ -11,6 +11,14 @@ Every loop has some notion of a step; these hooks see four, in order of preferen
   other module's forward is running. They slow every module call a little, so they are removed as
   soon as a backward pass or an optimizer step shows a better clock.
 
+Compiled code never sees a hook do anything. Every hook returns at once while dynamo traces it
+(`torch.compiler.is_compiling()` is a constant there: no graph break, no guard), so a compiled
+optimizer step counts as a backward pass instead. The forward hooks are never present where
+compiled code runs: dynamo reads the number of global module hooks into its guards (adding or
+removing them would recompile the user's model at each watched cell) and a compiled module warns
+when called beside them. So they are not installed once `torch.compile` has been used in the
+process, and a `torch.compile` called during the run removes them before it compiles anything.
+
 A class-level wrap of `DataLoader.__iter__` marks each pass of a loader (an epoch, once the session
 knows which loader carries the steps) and reports the worker processes.
 
@@ -63,6 +71,34 @@ class MissingInternal:
 
 
 _announced: set[str] = set()  # the internals already said missing in this process
+
+
+def _never_compiling() -> bool:
+    return False
+
+
+#: `torch.compiler.is_compiling` once hooks were installed (no torch import before): a module global, so
+#: a traced hook's guard on it holds from one watched cell to the next
+_is_compiling: Callable[[], bool] = _never_compiling
+
+
+def _compiling_check() -> Callable[[], bool]:
+    """torch's own "is dynamo tracing now" (constant-folded by dynamo, a flag read in eager code)."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    return check if callable(check) else _never_compiling
+
+
+def dynamo_has_compiled() -> bool:
+    """Whether `torch.compile` was used in this process: dynamo keeps every backend it was given (the
+    `None` entry is its own `disable`, made at import). Where that table is gone, assume it was."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is None:
+        return False
+    backends = getattr(eval_frame, "cached_backends", None)
+    if not isinstance(backends, dict):
+        return True
+    return any(backend is not None for backend in list(backends.values()))
 
 
 def announce_missing(missing: list[MissingInternal]) -> None:
@@ -169,6 +205,7 @@ class TrainingHooks:
         self._loader_numbers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._iterator_loaders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._forward_state = threading.local()  # the outermost module whose forward runs, per thread
+        self._backward_depth = 0  # backward passes running now (a reentrant checkpoint nests them)
         self.current_loader: int | None = None  # the loader whose iterator gave the last batch
         self.active = False
         self.errors = ErrorCount("step/epoch hooks")
@@ -216,14 +253,17 @@ class TrainingHooks:
         self._on_tick, self._on_pass, self.on_foreign_process = on_tick, on_pass, on_foreign_process
         self.pid = _this_process.watch_forks()
         self._forward_state = threading.local()
+        self._backward_depth = 0
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
         """Install every hook this torch allows; the missing ones are noted in `missing` and said once."""
+        global _is_compiling
         if self.active:
             raise RuntimeError("hooks are already installed")
         self.active = True
         self.pid = _this_process.watch_forks()
+        _is_compiling = _compiling_check()
         self.missing = []
         try:
             self._hook_or_note(
@@ -241,10 +281,13 @@ class TrainingHooks:
                 "torch.utils.data.dataloader._BaseDataLoaderIter.__next__", "DataLoader batches",
                 lambda: self._patch("torch.utils.data.dataloader", "_BaseDataLoaderIter", self._wrap_next, attr="__next__"),
             )
-            self._hook_or_note(
-                "torch.nn.modules.module.register_module_forward_hook(always_call=)", "forward calls",
-                self._install_forward_hooks,
-            )
+            if not dynamo_has_compiled():
+                self._hook_or_note(
+                    "torch.nn.modules.module.register_module_forward_hook(always_call=)", "forward calls",
+                    self._install_forward_hooks,
+                )
+            if self._forward_handles:  # a model compiled in the run must never be traced beside them
+                self._patch("torch", "compile", self._wrap_compile)
         except BaseException:
             self.remove()
             raise
@@ -310,7 +353,7 @@ class TrainingHooks:
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """torch's global optimizer post-hook: `_tick("optimizer")`, inlined."""
         __tracebackhide__ = True
-        if not self.active:
+        if _is_compiling() or not self.active:
             return
         if self._forward_handles:
             self._remove_forward_hooks()
@@ -324,10 +367,17 @@ class TrainingHooks:
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def run_backward(*args: Any, **kwargs: Any) -> Any:
-            """The engine's backward, then `_tick("backward")`, inlined."""
+            """The engine's backward, then `_tick("backward")`, inlined. A backward run inside another
+            (a reentrant checkpoint's re-run forward and backward) is part of that one: not a step."""
             __tracebackhide__ = True
-            result = original(*args, **kwargs)
-            if self.active:
+            if _is_compiling():
+                return original(*args, **kwargs)
+            self._backward_depth += 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                self._backward_depth -= 1
+            if self.active and not self._backward_depth:
                 if self._forward_handles:
                     self._remove_forward_hooks()
                 try:
@@ -342,6 +392,8 @@ class TrainingHooks:
         return run_backward
 
     def _before_forward(self, module: Any, args: Any) -> None:
+        if _is_compiling():
+            return
         local = self._forward_state
         if getattr(local, "outermost", None) is None:
             local.outermost = module
@@ -350,10 +402,20 @@ class TrainingHooks:
         """Also runs when the forward raised. After a KeyboardInterrupt (which skips it) the stale
         outermost module is still the next outermost call, so the count heals itself."""
         __tracebackhide__ = True
+        if _is_compiling():
+            return
         local = self._forward_state
         if getattr(local, "outermost", None) is module:
             local.outermost = None
             self._tick("forward")
+
+    def _wrap_compile(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def compile(*args: Any, **kwargs: Any) -> Any:
+            """`torch.compile`, once the forward hooks are gone (for good: compiled code may run later)."""
+            self._remove_forward_hooks()
+            return original(*args, **kwargs)
+
+        return compile
 
     # ------------------------------------------------------------------ DataLoader passes and batches
     def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -403,6 +465,7 @@ def installed_hook_count() -> int:
     hooks = [hook for table in tables if isinstance(table, dict) for hook in table.values()]
     ours = sum(1 for hook in hooks if getattr(hook, "__self__", None).__class__ is TrainingHooks)
     owners = (
+        (torch, "compile"),
         (torch.autograd, "_engine_run_backward"),
         (getattr(dataloader, "DataLoader", None), "__iter__"),
         (getattr(dataloader, "_BaseDataLoaderIter", None), "__next__"),

@@ -22,11 +22,13 @@ def _ranks(report: dict) -> dict[int, dict]:
     return {entry["rank"]: entry for entry in report["ranks"]}
 
 
-@pytest.mark.parametrize("holder", ["global", "local"])
-def test_the_leaking_rank_its_holder_and_its_rate(holder: str, tmp: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("holder,compiled", [("global", ""), ("local", ""), ("global", "aot_eager")],
+                         ids=["global", "local", "global-compiled"])
+def test_the_leaking_rank_its_holder_and_its_rate(holder: str, compiled: str, tmp: Path, tmp_path: Path) -> None:
+    """Also with the DDP model compiled (each rank's hooks never traced, its steps counted alike)."""
     save, facts = tmp_path / "run.json", tmp_path / "facts.json"
     done = run(watch_command(*torchrun(), "--nproc-per-node", "2", DDP, "--holder", holder, "--facts", str(facts),
-                             save=save), tmp)
+                             "--compile", compiled, save=save), tmp)
     assert done.returncode == 0, done.stderr[-3000:]
     report, measured = load(save), load(facts)
     ranks = _ranks(report)

@@ -71,6 +71,53 @@ def test_only_the_outermost_forward_counts_and_a_failed_forward_heals() -> None:
     assert not nn_module._global_forward_pre_hooks and not nn_module._global_forward_hooks
 
 
+def test_a_reentrant_checkpoints_inner_backward_is_part_of_the_step() -> None:
+    """A reentrant checkpoint runs its forward and a backward again inside the step's backward: one pass."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    ticks, _, hooks = _recording()
+    with hooks:
+        for _ in range(3):
+            x = torch.randn(2, 4, requires_grad=True)
+            torch.utils.checkpoint.checkpoint(model, x, use_reentrant=True).sum().backward()
+    assert ticks.count("backward") == 3
+
+
+@pytest.fixture()
+def dynamo_backends(monkeypatch: pytest.MonkeyPatch) -> dict[int, object]:
+    """dynamo's table of the backends `torch.compile` was given, this test's own (restored after it)."""
+    from torch._dynamo import eval_frame
+
+    backends: dict[int, object] = {0: None}  # dynamo's own `disable`, there from its import
+    monkeypatch.setattr(eval_frame, "cached_backends", backends)
+    return backends
+
+
+def test_no_forward_hooks_where_compiled_code_may_run(dynamo_backends: dict[int, object]) -> None:
+    """dynamo guards on how many global module hooks there are, and a compiled module warns beside them."""
+    ticks, _, hooks = _recording()
+    with hooks:
+        assert nn_module._global_forward_pre_hooks and nn_module._global_forward_hooks  # nothing compiled yet
+        dynamo_backends[1] = object()  # as `torch.compile` leaves it
+    with hooks:
+        assert not nn_module._global_forward_pre_hooks and not nn_module._global_forward_hooks
+        assert installed_hook_count() == 4  # the optimizer hook and three wraps
+        torch.nn.Linear(4, 1)(torch.randn(2, 4))
+    assert ticks == []
+
+
+def test_torch_compile_in_the_run_removes_the_forward_hooks_before_it_compiles(
+    dynamo_backends: dict[int, object],
+) -> None:
+    ticks, _, hooks = _recording()
+    model = torch.nn.Linear(4, 1)
+    with hooks:
+        assert nn_module._global_forward_pre_hooks and nn_module._global_forward_hooks
+        compiled = torch.compile(model, backend="eager")  # lazy: compiles at its first call, not called here
+        assert not nn_module._global_forward_pre_hooks and not nn_module._global_forward_hooks
+        assert isinstance(compiled, torch.nn.Module)
+    assert torch.compile.__module__ == "torch" and installed_hook_count() == 0
+
+
 def test_batches_and_passes_are_told_apart_by_loader() -> None:
     train = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4)
     val = DataLoader(TensorDataset(torch.arange(4.0)), batch_size=4)
@@ -127,7 +174,7 @@ def test_removed_on_exception_and_idempotent() -> None:
     hooks = TrainingHooks(lambda clock: None, lambda loader_pass: None)
     with pytest.raises(KeyboardInterrupt):
         with hooks:
-            assert installed_hook_count() == 6  # step, 2 forward hooks, backward, __iter__, __next__
+            assert installed_hook_count() == 7  # step, 2 forward hooks, compile, backward, __iter__, __next__
             raise KeyboardInterrupt
     hooks.remove()
     assert installed_hook_count() == 0

@@ -91,7 +91,7 @@ def test_the_hook_count_holds_without_the_optimizer_hook_table(monkeypatch: pyte
     hooks = TrainingHooks(lambda clock: None, lambda p: None)
     with hooks:
         assert [m.uncounted for m in hooks.missing] == ["optimizer steps"]
-        assert installed_hook_count() == 5  # the forward pair and the three wraps; no table, no optimizer hook
+        assert installed_hook_count() == 6  # the forward pair and the four wraps; no table, no optimizer hook
     assert installed_hook_count() == 0
 
 

@@ -6,7 +6,8 @@ N (with `--first-attempt-only`, only in torchrun's first attempt: a restart then
 `--wait-for PATH --wait-at N`: the leaking rank waits at step N until PATH exists (a test's sign
 that it saw what it waited for, while the run was still going). `--print-steps`: the leaking rank
 prints a line at each step (a script's own output). `--leak-mib N`: the leaking rank also keeps an
-N MiB tensor a step (a leak that reaches a limit soon). The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
+N MiB tensor a step (a leak that reaches a limit soon). `--compile BACKEND`: the DDP model is compiled
+(torch.compile with that backend). The leaking rank writes what one kept step costs (and, when killed, how long a step took) to
 `--facts`, so the test compares the report with a measurement of the same run.
 """
 
@@ -28,6 +29,8 @@ def train(args: argparse.Namespace) -> None:
     rank = dist.get_rank()
     torch.manual_seed(rank)
     model = DistributedDataParallel(torch.nn.Linear(256, 256))
+    if args.compile:
+        model = torch.compile(model, backend=args.compile)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     kept_outputs = []  # the local holder
     started = time.perf_counter()
@@ -81,5 +84,6 @@ if __name__ == "__main__":
     parser.add_argument("--wait-at", type=int, default=0)
     parser.add_argument("--print-steps", action="store_true")
     parser.add_argument("--leak-mib", type=int, default=0)
+    parser.add_argument("--compile", default="")
     parser.add_argument("--facts", required=True)
     train(parser.parse_args())
