@@ -896,3 +896,40 @@ FRAMEWORKS = {
     name: next((framework for prefix, framework in _PREFIXES.items() if name.startswith(prefix)), None)
     for name in (*HOLDER_LEAKS, *HOLDER_CLEAN)
 }
+
+#: growth that stops, and growth that starts late or pauses: name -> (cell body, verdict, the holder it names:
+#: first among the suspects for a leak; as the cache that filled, in the advice, for a clean loop)
+GROWTH_SHAPES = {
+    # a per-sample memo (16 KiB a sample, 31 MiB in all) filled during the first of four epochs, then reused
+    "per_sample_memo_filled_in_first_epoch": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "data = torch.randn(2000, 64); projection = torch.randn(64, 4096)\n"
+        "memo = {}\n"
+        "def features(i):\n"
+        "    if i not in memo:\n"
+        "        memo[i] = torch.tanh(data[i:i + 1] @ projection)  # made once per sample\n"
+        "    return memo[i]\n"
+        "for epoch in range(4):\n"
+        "    for b in range(0, 2000, 20):\n"
+        "        train_step(model, opt, torch.cat([features(i) for i in range(b, b + 20)])[:, :64])\n",
+        "clean", "memo",
+    ),
+    # validation outputs kept with their graphs, only from step 180 of 300 on
+    "leak_starts_late": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); kept = []\n"
+        "for step in range(300):\n"
+        "    train_step(model, opt, torch.randn(32, 64))\n"
+        "    if step >= 180:\n"
+        "        kept.append(model(torch.randn(128, 64)))\n",
+        "leak", "kept",
+    ),
+    # the same leak for 80 steps, a pause of 120, and again for 80
+    "leak_pauses_between_ramps": (
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); kept = []\n"
+        "for step in range(280):\n"
+        "    train_step(model, opt, torch.randn(32, 64))\n"
+        "    if step < 80 or step >= 200:\n"
+        "        kept.append(model(torch.randn(128, 64)))\n",
+        "leak", "kept",
+    ),
+}

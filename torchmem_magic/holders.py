@@ -32,10 +32,23 @@ BOUNDED_MENTION_BYTES = 1 << 20  # a bounded holder this big is still worth a li
 #: a holder's size is exact, and an accumulating one never gives memory back: between the run's scans,
 #: its falls may undo at most this share of its rises (a window cleared every N steps falls by all of it)
 FALLS_SHARE = 0.1
+#: a holder's growth stopped when its later scans all lie within this share of its growth of its last size,
+#: for at least as many steps as it took to get there (a cache or memo filled once, bounded by the data)
+FILLED_LEVEL_SHARE = 0.05
 #: the curves rule a holder's growth out when the memory it lives in grew by less than this share of
 #: its rate, beyond RULED_OUT_Z standard errors of their slope: scans that landed on the rising part of a cycle
 RULED_OUT_SHARE = 0.5
 RULED_OUT_Z = 3.0
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Growth that stopped: a holder grew from `first_step` to `full_step`, then stayed the same size to `last_step`."""
+
+    first_step: int
+    full_step: int
+    last_step: int
+    grown_bytes: int
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,7 @@ class HolderTrend:
     last_bytes: int
     rises: tuple[tuple[int, int], ...] = ()  # (first, last) step of each scan interval it grew in
     sporadic: bool = False  # it grew in jumps, with as many intervals without any change between them
+    filled: Fill | None = None  # it grew, then stopped: a cache that filled (bounded)
 
     @property
     def retained_bytes(self) -> int:
@@ -120,6 +134,32 @@ def _gives_back(points: Sequence[tuple[int, int]]) -> bool:
     return -sum(c for c in changes if c < 0) > FALLS_SHARE * sum(c for c in changes if c > 0)
 
 
+def filled_then_flat(points: Sequence[tuple[int, int]]) -> Fill | None:
+    """A holder that grew and then stopped: from its first scan at its final level (within
+    FILLED_LEVEL_SHARE of its growth) on, it stayed there, over two scans at least and for at least as
+    many steps as it took to get there, with as many scans during the run as any trend needs. Its sizes
+    are exact: no noise to allow for."""
+    if sum(1 for step, _ in points if step > 0) < MIN_POINTS:
+        return None
+    sizes = [b for _, b in points]
+    grown = sizes[-1] - min(sizes)
+    if grown < MIN_GROWTH_BYTES:
+        return None
+    full = len(points) - 1
+    while full > 0 and at_its_last_level(points, sizes[full - 1]):
+        full -= 1
+    (first, _), (reached, _), (last, _) = points[0], points[full], points[-1]
+    if len(points) - full < 2 or last - reached < reached - first:
+        return None
+    return Fill(first, reached, last, grown)
+
+
+def at_its_last_level(points: Sequence[tuple[int, int]], size_bytes: int) -> bool:
+    """Whether `size_bytes` is a holder's size at its last scan, within FILLED_LEVEL_SHARE of its growth."""
+    sizes = [b for _, b in points]
+    return bool(sizes) and abs(size_bytes - sizes[-1]) <= FILLED_LEVEL_SHARE * (max(sizes) - min(sizes))
+
+
 def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     """Judge one holder from its (step, retained bytes) points."""
     points = sorted(series)
@@ -137,8 +177,12 @@ def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     mostly_up = rises >= 2 and rises >= MOSTLY_UP * len(changes)  # one jump is not a trend
     sporadic = _grew_in_jumps(points)
     still_growing = late_slope >= STILL_GROWING * slope > 0 or (sporadic and sizes[-1] > sizes[late])
-    growing = growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing and not _gives_back(points)
-    return HolderTrend(name, slope, growing, not growing, last, _rises(points) if sporadic else (), sporadic and growing)
+    filled = filled_then_flat(points)
+    growing = (growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing and not _gives_back(points)
+               and filled is None)
+    return HolderTrend(
+        name, slope, growing, not growing, last, _rises(points) if sporadic else (), sporadic and growing, filled
+    )
 
 
 def first_named_step(series: dict[str, list[tuple[int, int]]]) -> int | None:
@@ -184,10 +228,14 @@ def stayed_flat(series: Sequence[tuple[int, int]]) -> bool:
 
 
 def without_flat(suspects: Sequence[Suspect]) -> tuple[Suspect, ...]:
-    """The suspects less those that stayed flat while the loop ran. What the last step left behind (its
-    outputs, with their graph) or a buffer filled once is no leak, however many tensors or graphs a
-    single scan finds there; `fuse` still names a big one as bounded."""
-    return tuple(s for s in suspects if s.kind not in LOOP_KINDS or not stayed_flat(s.series))
+    """The suspects less those that stayed flat while the loop ran, or filled and then stayed flat. What the
+    last step left behind (its outputs, with their graph) or a buffer filled once is no leak, however many
+    tensors or graphs a single scan finds there; `fuse` still names a big one as bounded, or as a cache
+    that filled."""
+    return tuple(
+        s for s in suspects
+        if s.kind not in LOOP_KINDS or not (stayed_flat(s.series) or filled_then_flat(sorted(s.series)) is not None)
+    )
 
 
 def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock: str) -> str | None:
@@ -226,6 +274,14 @@ def ruled_out(trend: HolderTrend, curves: tuple[float, float] | None) -> bool:
     return rate + RULED_OUT_Z * error < RULED_OUT_SHARE * (trend.growth_per_step or 0.0)
 
 
+def _filled_line(name: str, fill: Fill, steps_word: str) -> str:
+    return (
+        f"{name} is a cache that filled: it grew by {format_bytes(fill.grown_bytes)} over {steps_word} "
+        f"{fill.first_step:,.0f}–{fill.full_step:,.0f}, then stayed the same size for "
+        f"{fill.last_step - fill.full_step:,.0f} {steps_word} (bounded by the data: not a leak)"
+    )
+
+
 def fuse(
     diagnosis: Diagnosis,
     suspects: Sequence[Suspect],
@@ -253,7 +309,8 @@ def fuse(
     top = top_trend(t for t in trends.values() if t.name not in aliased)
     advice = list(diagnosis.advice)
     bounded = [
-        f"{t.name} holds {format_bytes(t.last_bytes)} (bounded: it did not grow over the run)"
+        _filled_line(t.name, t.filled, steps_word) if t.filled is not None
+        else f"{t.name} holds {format_bytes(t.last_bytes)} (bounded: it did not grow over the run)"
         for t in trends.values() if t.bounded and t.last_bytes >= BOUNDED_MENTION_BYTES
     ] + [
         f"{name}'s scans rose, but the memory it lives in did not grow with it: its size cycles between scans "

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
-from .holders import first_named_step, holder_trend, live_holder_line, with_trends
+from .holders import at_its_last_level, first_named_step, holder_trend, live_holder_line, with_trends
 from .model import Suspect
 from .ranks.settings import StartScan
 from .scan.memo import ScanMemo, scan_reusing
@@ -61,13 +61,15 @@ def with_end_points(series: HolderSeries, measured: list[RootStats], last_step: 
     far, and for the budget), so a short loop's series can stop long before its end: a holder whose growth
     over the scans fell short of a leak's minimum, or that too few scans measured, had grown by the end.
     A series that shows growth already keeps its own points (its rises say between which steps it grew;
-    one from its last scan to the end would span the run's last part). Only holders the run measured get
-    a point, and only a whole figure (a scan cut short reads as a fall)."""
+    one from its last scan to the end would span the run's last part), unless the end found it where its
+    last scan did: then its growth stopped there, which only that point tells (a cache filled early on,
+    whose scans thinned out before the run's flat rest). Only holders the run measured get a point, and
+    only a whole figure (a scan cut short reads as a fall)."""
     out = dict(series)
     for stats in measured:
         points = out.get(stats.name)
         if (points and last_step > points[-1][0] and not stats.truncated and stats.tensors
-                and not holder_trend(stats.name, points).growing):
+                and (not holder_trend(stats.name, points).growing or at_its_last_level(points, stats.retained_bytes))):
             out[stats.name] = [*points, (last_step, stats.retained_bytes)]
     return out
 

@@ -15,7 +15,8 @@ For each resource the series is memory after each sampled step (of the loop's st
    back; they are named. A jump is judged against its step gap (thinned sampling reads every k-th
    step, and a steady leak grows k times its rate between two samples: that is no jump).
 5. Not leaks: plateaus, sawtooth temporaries (they come back), CUDA reserved growing while
-   allocated is flat (the caching allocator; said as a note).
+   allocated is flat (the caching allocator; said as a note). A leak needs growth that goes on: the
+   run's later half on its own shows one that began late.
 
 The maths on one series (robust slopes, noise, jumps, the warm-up, a release at the end) is in
 `slopes.py`; here are the rules that turn it into verdicts, and their wording.
@@ -46,6 +47,8 @@ from .units import format_bytes, format_duration, plural_noun, rate_unit, singul
 MIB = 1 << 20
 MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
 MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
+LATE_MIN_STEPS = 8  # sampled steps in the run's later half needed to judge it alone (thinned: fewer than early)
+LATE_FASTER = 1.5  # a later half growing this many times faster than the whole run's line gives the leak's rate
 FULL_SHARE = 0.98  # a reading this close to its limit is at it: the resource ran out
 FILLED_FROM_SHARE = 0.5  # ... when it was below this share of the limit earlier in the run (it filled in the run)
 Z_LEAK = 5.0  # slope / its standard error for "leak"
@@ -190,6 +193,41 @@ def _ran_out_at(xs: Sequence[float], ys: Sequence[float], limit_bytes: float | N
     return full
 
 
+@dataclass(frozen=True)
+class _LineFit:
+    """A robust line through a series: its slope and standard error, and whether its growth shows."""
+
+    slope: float
+    error: float
+    total: float  # the line's growth over the series' steps
+    big_enough: bool  # growth that noise alone cannot make, and that the late readings show too
+
+    def shows_leak(self, z: float) -> bool:
+        return self.big_enough and self.slope >= z * self.error
+
+
+def _fit_line(xs: Sequence[float], ys: Sequence[float], noise: float, max_points: int) -> _LineFit:
+    fit_xs, fit_ys = evenly_spaced(xs, ys)  # the fit weighs every stretch of steps alike
+    slope, intercept = theil_sen(fit_xs, fit_ys, max_points)
+    residual_scale = mad([y - (intercept + slope * x) for x, y in zip(fit_xs, fit_ys)])
+    x_mean = statistics.fmean(fit_xs)
+    spread = math.sqrt(sum((x - x_mean) ** 2 for x in fit_xs)) or 1.0
+    error = max(residual_scale, noise, 1.0) / spread
+    total = slope * (xs[-1] - xs[0])
+    big_enough = total > max(MIN_TOTAL_BYTES, 6 * max(noise, residual_scale)) and shows_fitted_growth(xs, ys, slope)
+    return _LineFit(slope, error, total, big_enough)
+
+
+def _late_leak(xs: Sequence[float], ys: Sequence[float], noise: float, max_points: int) -> _LineFit | None:
+    """The later half's own line, where it shows a leak that the whole run's line does not: growth that
+    began late (a flat start weighs against it in a line through the whole run)."""
+    later = next(i for i, x in enumerate(xs) if x >= (xs[0] + xs[-1]) / 2)
+    if len(xs) - later < LATE_MIN_STEPS:
+        return None
+    fit = _fit_line(xs[later:], ys[later:], noise, max_points)
+    return fit if fit.shows_leak(Z_LEAK) else None
+
+
 def analyse(
     series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200, ends_after_block: bool = False
 ) -> ResourceFinding:
@@ -217,14 +255,8 @@ def analyse(
         return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0, released_bytes=released)
     changes = whole if whole is not None and warmup == 0 else changes_of(xs, ys)  # once, where nothing was cut
     rate, noise = changes.rate, changes.noise
-    fit_xs, fit_ys = evenly_spaced(xs, ys)  # the fit weighs every stretch of steps alike
-    slope, intercept = theil_sen(fit_xs, fit_ys, max_points)
-    residual_scale = mad([y - (intercept + slope * x) for x, y in zip(fit_xs, fit_ys)])
-    x_mean = statistics.fmean(fit_xs)
-    spread = math.sqrt(sum((x - x_mean) ** 2 for x in fit_xs)) or 1.0
-    error = max(residual_scale, noise, 1.0) / spread
-    total = slope * (xs[-1] - xs[0])
-    big_enough = total > max(MIN_TOTAL_BYTES, 6 * max(noise, residual_scale))
+    fit = _fit_line(xs, ys, noise, max_points)
+    slope, error, total = fit.slope, fit.error, fit.total
     jumps = list(changes.jumps)
     jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
     boundary = _crossing_epochs(xs, epoch_steps)
@@ -261,12 +293,13 @@ def analyse(
         # one rise is a level change (a cache filled late, an epoch's end temporaries the allocator kept):
         # only a rise that comes again is a leak
         return finding("leak" if len(jumps) >= 2 else "suspect", "sporadic", ranges)
-    z = slope / error
-    big_enough = big_enough and shows_fitted_growth(xs, ys, slope)
-    if big_enough and z >= Z_LEAK:
+    late = _late_leak(xs, ys, noise, max_points)
+    if late is not None and (not fit.shows_leak(Z_LEAK) or late.slope - 2 * late.error > LATE_FASTER * slope):
+        # a leak that started late (or grows faster now): the later half shows it, at the rate it grows now
+        slope, error, total = late.slope, late.error, late.total
         return finding("leak", "per-iteration")
-    if big_enough and z >= Z_SUSPECT:
-        return finding("suspect", "per-iteration")
+    if fit.shows_leak(Z_SUSPECT):
+        return finding("leak" if fit.shows_leak(Z_LEAK) else "suspect", "per-iteration")
     return finding("clean", None)
 
 

@@ -105,3 +105,23 @@ def test_a_leak_found_from_a_holder_alone_is_where_its_tensors_live() -> None:
     assert any("CUDA runs out of memory" in line for line in on_gpu.advice), on_gpu.advice
     on_host = fuse(curves(), [total], "optimizer", headroom_bytes=8 << 30, steps_per_s=500.0)
     assert (on_host.verdict, on_host.resource) == ("leak", "heap") and "OOM-killed" in " ".join(on_host.advice)
+
+
+def test_a_holder_that_filled_and_stayed_is_a_cache_not_a_leak() -> None:
+    """Exact sizes: a memo filled over the first 100 steps of 400 stops growing; a steady leak never does,
+    nor does one whose last scans came too soon after its last rise to tell."""
+    memo = [(0, 0), *((s, min(s, 100) * 64 * KIB) for s in (2, 4, 8, 16, 32, 58, 94, 150, 260, 400))]
+    trend = holder_trend("memo", memo)
+    assert not trend.growing and trend.bounded and trend.filled is not None
+    assert (trend.filled.first_step, trend.filled.full_step, trend.filled.last_step) == (0, 150, 400)
+    assert trend.filled.grown_bytes == 100 * 64 * KIB
+    steady = [(s, s * 64 * KIB) for s in (2, 4, 8, 16, 32, 58, 94, 150, 260, 400)]
+    assert holder_trend("history", steady).growing and holder_trend("history", steady).filled is None
+    stopped_late = [(s, min(s, 300) * 64 * KIB) for s in (2, 4, 8, 16, 32, 58, 94, 150, 260, 330, 400)]
+    assert holder_trend("history", stopped_late).growing
+    dropped = without_flat((cache("memo", memo), cache("history", steady)))
+    assert [s.name for s in dropped] == ["history"]
+    said = fuse(Diagnosis("clean", None, None, None, None, None, None, ()), [cache("memo", memo)], "optimizer", None, None)
+    assert said.verdict == "clean"
+    assert said.advice == ("memo is a cache that filled: it grew by 6.2 MiB over steps 0–150, then stayed the same "
+                           "size for 250 steps (bounded by the data: not a leak)",)
