@@ -22,6 +22,7 @@ from .check import check_roots
 from .flight.recorder import FlightRecorder
 from .forensics import parse_worker_death
 from .late_interrupts import drop_late_interrupts
+from .late_worker_deaths import keep_later_worker_deaths
 from .leak_finder import LeakSearch
 from .lifecycle import cuts_in_anywhere
 from .live_route import LiveRoute, route_for_kernel
@@ -129,6 +130,8 @@ class MemwatchMagics(Magics):
             return self._memwatch(line, cell)
         except BaseException as exc:  # a Ctrl-C's traceback, too, must be one IPython can show
             give_lines(exc)
+            if cell is not None:
+                keep_later_worker_deaths(self.shell)
             raise
         finally:
             if cell is not None:  # a Ctrl-C from now on finds the cell over: its reply must still go out

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("session", ("steps", "leak_finder", "lifecycle", "live_view", "session")),
     ("widgets", ("widgets", "widgets.")),
-    ("front ends", ("api", "gate", "magics", "late_interrupts", "command", "watch_status", "watch_metrics", "pytest_plugin", "agent", "agent.", "__main__", "")),
+    ("front ends", ("api", "gate", "magics", "late_interrupts", "late_worker_deaths", "command", "watch_status", "watch_metrics", "pytest_plugin", "agent", "agent.", "__main__", "")),
 )
 #: the bottom of the stack, up to the report's assembly and the ranks' wire format: decides and formats,
 #: never measures, and imports nothing but the standard library
