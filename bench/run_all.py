@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cell_cost  # noqa: E402
 import costs  # noqa: E402
+import holder_search  # noqa: E402
 import holder_tracking  # noqa: E402
 import live_cost  # noqa: E402
 import overhead  # noqa: E402
@@ -34,6 +35,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGES = {
     "bench": DOCS / "benchmarks.md",
     "holders": DOCS / "leak-finder.md",
+    "search": DOCS / "leak-finder.md",
     "verdicts": DOCS / "verdicts.md",
     "ranks": DOCS / "benchmarks.md",
     "peers": DOCS / "benchmarks.md",
@@ -243,7 +245,7 @@ def write_tables(tables: dict[str, str]) -> None:
 
 def main() -> None:
     """All tables, or only those named on the command line (`python bench/run_all.py verdicts`)."""
-    makers = {"bench": render, "holders": render_holders, "verdicts": verdicts.main, "ranks": render_ranks,
+    makers = {"bench": render, "holders": render_holders, "search": holder_search.render, "verdicts": verdicts.main, "ranks": render_ranks,
               "peers": peers.render, "live": render_live, "scale": scale.render, "store": render_store}
     wanted = sys.argv[1:] or list(makers)
     unknown = set(wanted) - set(makers)

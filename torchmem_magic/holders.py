@@ -274,6 +274,39 @@ def ruled_out(trend: HolderTrend, curves: tuple[float, float] | None) -> bool:
     return rate + RULED_OUT_Z * error < RULED_OUT_SHARE * (trend.growth_per_step or 0.0)
 
 
+@dataclass(frozen=True)
+class HolderSearch:
+    """Where a leak's memory was looked for when no holder grew in the scans: the names a memo stood in for,
+    scanned afresh, then a search back from the live tensors no scan reached to what holds them."""
+
+    found: tuple[Suspect, ...]  # largest first; growth_per_step only where a size before the run is known
+    rescanned: int  # names scanned afresh
+    storages_searched: int  # storages searched back from (0: the rescan found the holder)
+    storages_live: int  # live storages no scan reached
+    cut_short: bool
+    elapsed_s: float
+
+    def said(self) -> str:
+        """What was searched, in words."""
+        searched = f"rescanned {self.rescanned} {'name' if self.rescanned == 1 else 'names'} afresh"
+        if self.storages_searched:
+            searched += (f", then searched back from the {self.storages_searched} largest of "
+                         f"{self.storages_live} live tensor storages no scan reached")
+        return searched + (" (cut short: a limit was reached)" if self.cut_short else "")
+
+
+def _search_lines(search: HolderSearch, curve_rate: float | None, unit: str) -> list[str]:
+    """What the search says: the holder it found (where the memory goes), or what it covered."""
+    if not search.found:
+        return [f"no holder grows in the scans, and none was found ({search.said()}): the memory is held "
+                "where Python cannot see it (a C extension's buffers) or kept by the allocator"]
+    top = search.found[0]
+    grew = "" if top.growth_per_step is None else f", +{format_bytes(top.growth_per_step)}/{unit} over the run"
+    rate = "" if not curve_rate else f" of the {format_bytes(curve_rate, signed=True)}/{unit}"
+    return [f"{top.name} holds {format_bytes(top.retained_bytes)}{grew} at {top.path}: that is where the memory "
+            f"goes{rate} (found where the scans had not looked: {search.said()})"]
+
+
 def _filled_line(name: str, fill: Fill, steps_word: str) -> str:
     return (
         f"{name} is a cache that filled: it grew by {format_bytes(fill.grown_bytes)} over {steps_word} "
@@ -291,6 +324,7 @@ def fuse(
     tracked: bool = True,
     on_accelerator: frozenset[str] = frozenset(),
     device_headroom_bytes: float | None = None,
+    searched: HolderSearch | None = None,
 ) -> Diagnosis:
     """One verdict from the curves' diagnosis and the holders' own growth.
 
@@ -302,6 +336,8 @@ def fuse(
       scanned during the run, so "no holder grows" means something).
     - A leak found from a holder alone is in VRAM when its tensors are mostly on an accelerator
       (`on_accelerator`), and runs out against the device (`device_headroom_bytes`), else in the heap.
+    - Where no holder grew in the scans, `searched` says where the memory was found instead, or what
+      was searched.
     """
     unit, steps_word = rate_unit(clock), plural_noun(clock)
     trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
@@ -363,7 +399,14 @@ def fuse(
         return replace(diagnosis, verdict="suspect", advice=(*lines, *rest, *bounded))
     judged = all(trends.get(s.name) is not None and trends[s.name].growth_per_step is not None
                  for s in suspects if s.new_in_cell)
-    if diagnosis.verdict == "leak" and tracked and judged:
+    if searched is not None and diagnosis.verdict in ("leak", "suspect"):
+        advice[1:1] = _search_lines(searched, diagnosis.per_step_bytes, unit)
+    elif diagnosis.verdict == "leak" and tracked and judged:
         advice.append("no variable in the namespace grows with the steps: the memory is held elsewhere "
                       "(a function's local variables, a library's cache) or kept by the allocator")
     return replace(diagnosis, advice=(*advice, *bounded))
+
+
+def needs_holder_search(verdict: str, suspects: Sequence[Suspect]) -> bool:
+    """Whether a report's memory has no holder yet: a leak (or suspect) and no holder whose scans grew."""
+    return verdict in ("leak", "suspect") and not any(holder_trend(s.name, s.series).growing for s in suspects if s.series)

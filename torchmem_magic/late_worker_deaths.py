@@ -16,8 +16,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from types import FrameType
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from .forensics import parse_worker_death

@@ -4,21 +4,34 @@ lets go of it when the run ends, so nothing of the user's is kept."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
-from .holders import at_its_last_level, first_named_step, holder_trend, live_holder_line, with_trends
+from .holders import (
+    MIN_GROWTH_BYTES,
+    HolderSearch,
+    at_its_last_level,
+    first_named_step,
+    holder_trend,
+    live_holder_line,
+    with_trends,
+)
 from .model import Suspect
 from .ranks.settings import StartScan
 from .scan.memo import ScanMemo, scan_reusing
+from .scan.referrers import HeldElsewhere, live_storages, search_back
 from .scan.results import Budget, Root, RootStats
 from .scan.scanner import scan_roots
-from .suspects import baseline_of, growing_suspect, suspects_from_scan, suspects_from_stats
+from .suspects import baseline_of, fix_elsewhere, growing_suspect, suspects_from_scan, suspects_from_stats
 
 START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals are needed
 END_SCAN_BUDGET = Budget(time_s=1.0)
+#: where no holder grew: the search back from live tensors, and the measure of each root it finds
+SEARCH_BACK_S = 1.0
+HELD_ELSEWHERE_BUDGET = Budget(time_s=0.2, max_findings=0)
 #: the end-of-cell scan reuses the last scan of a name unchanged since only when scanning it again would
 #: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
 REUSE_MIN_OBJECTS = 2_000
@@ -99,6 +112,8 @@ class LeakFinder:
         self.first_named_step: int | None = None  # when the live status line first named a holder
         self.on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
         self._scans, self._spent_s = 0, 0.0  # kept once the tracker is let go
+        self._end_storages: frozenset[tuple[object, ...]] = frozenset()  # what the end scan counted
+        self._end_reused: frozenset[str] = frozenset()  # the names whose end figures a memo gave
         self._live_line: tuple[int, str | None] = (-1, None)  # (scans it was computed at, the line)
 
     @property
@@ -157,9 +172,9 @@ class LeakFinder:
 
     # ---------------------------------------------------------------- the end
     def finish(self, scan: bool = True, last_step: int = 0) -> tuple[Suspect, ...]:
-        """The suspects at the end, then let go of the roots; `scan=False` (an
-        interrupt while the end scan ran): none. `last_step`: the run's steps (0: none); the end scan's
-        figure of each holder measured during the run is the last point of its series."""
+        """The suspects at the end; `scan=False` (an interrupt while the end scan ran): none. `last_step`:
+        the run's steps (0: none); the end scan's figure of each holder measured during the run is the
+        last point of its series. The roots are kept for `search_unheld` until `close()`."""
         tracker = self._tracker
         roots = self._roots() if scan and self._roots is not None else None
         try:
@@ -173,6 +188,7 @@ class LeakFinder:
             tracked = tracker.tracked() if tracker is not None else set()
             # the names cheap to scan are scanned again, whatever their fingerprint says
             result = scan_reusing(self._memo, roots, END_SCAN_BUDGET, rescan=tracked, min_objects=REUSE_MIN_OBJECTS)
+            self._end_storages, self._end_reused = result.storages, result.reused
             self._final_series = with_end_points(self._final_series, result.roots, last_step)
             latest = {s.name: s for s in (tracker.measured() if tracker is not None else [])}
             latest.update((s.name, s) for s in result.roots)
@@ -188,7 +204,58 @@ class LeakFinder:
             return tuple(found)
         finally:
             roots = None  # the user's objects: not kept by the traceback of an interrupt in the scan
-            self.close()
+            if not scan:
+                self.close()
+
+    def search_unheld(self, last_step: int, grown_bytes: float) -> HolderSearch | None:
+        """Where the memory is when no holder grew in the scans (see `HolderSearch`): the names a memo gave
+        the end scan's figures for, scanned afresh and compared with their size before the run; where none
+        grew, a search back from the live tensors no scan reached, whose holders come first the closer they
+        are to what the run grew (`grown_bytes`: they have no size before the run to compare with). None
+        once the roots were let go."""
+        if self._roots is None:
+            return None
+        roots = self._roots()
+        try:
+            fresh = scan_roots([r for r in roots if r.name in self._end_reused], END_SCAN_BUDGET)
+            grown = [s for s in fresh.roots if s.retained_bytes - self._baseline.get(s.name, 0) >= MIN_GROWTH_BYTES]
+            found = [self._grown_suspect(s, last_step) for s in grown]
+            if found:
+                return HolderSearch(tuple(found), len(fresh.roots), 0, 0, fresh.truncated, fresh.elapsed_s)
+            storages = live_storages(self._end_storages | fresh.storages)
+            named = {id(r.obj): (r.name, r.path) for r in roots}
+            back = search_back(storages, named, SEARCH_BACK_S)
+            del storages
+            held = tuple(sorted((self._held_suspect(h) for h in back.held),
+                                key=lambda s: abs(math.log(max(s.retained_bytes, 1) / max(grown_bytes, 1.0)))))
+            return HolderSearch(held, len(fresh.roots), back.storages_searched, back.storages_live, back.cut_short,
+                                fresh.elapsed_s + back.elapsed_s)
+        finally:
+            del roots  # the user's objects: not kept by the traceback of an interrupt in the search
+
+    def _grown_suspect(self, stats: RootStats, last_step: int) -> Suspect:
+        """A name the memo stood in for that grew since before the run: the suspect its own scan makes."""
+        growth = stats.retained_bytes - self._baseline.get(stats.name, 0)
+        classified = suspects_from_stats([stats], self.sources)
+        suspect = classified[0] if classified else growing_suspect(
+            stats, self.sources, self._baseline, self._places_before.get(stats.name), growing=False
+        )
+        if suspect is None:
+            suspect = Suspect(
+                stats.name, stats.path, "tensor-cache", stats.tensors, stats.graph_nodes, stats.retained_bytes, True,
+                fix_elsewhere(stats.name, stats.path, "notebook"),
+            )
+        return replace(suspect, growth_per_step=growth / last_step if last_step else None)
+
+    def _held_suspect(self, held: HeldElsewhere) -> Suspect:
+        """A holder found searching back: its retained bytes as a scan of it measures them (at least what
+        the search found it the nearest root of)."""
+        scanned = scan_roots([Root(held.name, "user", held.path, held.obj)], HELD_ELSEWHERE_BUDGET).roots
+        retained = max([held.tensor_bytes, *(s.retained_bytes for s in scanned)])
+        nodes = sum(s.graph_nodes for s in scanned)
+        kind = "autograd-graph" if nodes else "tensor-cache"
+        return Suspect(held.name, held.path, kind, held.tensors, nodes, retained, True,
+                       fix_elsewhere(held.name, held.path, held.kind))
 
     def _growing_holders(self, measured: list[RootStats], named: set[str]) -> list[Suspect]:
         """The holders no rule on a single scan names that grew: with the steps in the scans during the

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from .forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
-from .holders import fuse, with_trends, without_flat
+from .holders import HolderSearch, fuse, with_trends, without_flat
 from .model import (
     Clock,
     RankSummary,
@@ -101,6 +101,7 @@ class RunEvidence:
     holders_on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
     ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
     guard_advice: tuple[str, ...] = ()  # what the memory guard did, first in the advice
+    holder_search: HolderSearch | None = None  # where the memory was looked for when no holder grew
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -401,7 +402,8 @@ def assemble_report(
             per_worker=tuple({"pid": pid, "pss_peak": pss, "uss_peak": uss} for pid, pss, uss in evidence.workers.peaks),
         )
     vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
-    suspects = with_trends(evidence.suspects, evidence.holder_series)
+    found = () if evidence.holder_search is None else evidence.holder_search.found
+    suspects = with_trends((*evidence.suspects, *found), evidence.holder_series)
     curves = diagnose(
         timeline,
         evidence.steps,
@@ -422,7 +424,7 @@ def assemble_report(
     diagnosis = fuse(
         curves, suspects, evidence.clock, float(ram.limit_bytes - ram.end_bytes), steps_per_s,
         tracked=bool(evidence.holder_series), on_accelerator=evidence.holders_on_accelerator,
-        device_headroom_bytes=None if vram is None else vram_headroom_bytes(vram),
+        device_headroom_bytes=None if vram is None else vram_headroom_bytes(vram), searched=evidence.holder_search,
     )
     death_advice = worker_death_advice(evidence, ram, shm)
     if shm is not None and not death_advice:

@@ -14,10 +14,12 @@ import functools
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .grad_mode import grad_enabled, restore_after_cut_step
 from .guard import MemoryGuard
+from .holders import needs_holder_search
 from .hooks import LoaderPass, StepClock, TrainingHooks
 from .leak_finder import LeakFinder, LeakSearch
 from .lifecycle import (
@@ -350,9 +352,17 @@ class MemwatchSession:
 
         def make_report(scan: bool) -> None:
             self._final_readings()
-            suspects = self.finder.finish(scan, self.step_counter.steps) if self.finder is not None else ()
+            finder, steps = self.finder, self.step_counter.steps
+            suspects = finder.finish(scan, steps) if finder is not None else ()
             self.evidence = self._evidence(ending.ended_by(), suspects)
             self.report = assemble_report(self.evidence)
+            report = self.report
+            if scan and finder is not None and needs_holder_search(report.verdict, report.suspects):
+                summary = getattr(report, report.resource or "", None)
+                per_step = getattr(summary, "per_step_bytes", None) or 0.0
+                grown = per_step * (report.wall_s if report.clock == "time" else steps)
+                self.evidence = replace(self.evidence, holder_search=finder.search_unheld(steps, grown))
+                self.report = assemble_report(self.evidence)
 
         try:
             ending.run_or_fall_back(lambda: make_report(True), lambda: make_report(False))

@@ -356,3 +356,21 @@ def memcheck_result(expr: str, result: ScanResult, sources: list[str], namespace
         elapsed_s=result.elapsed_s,
     )
 
+
+
+def fix_elsewhere(name: str, path: str, kind: str) -> str:
+    """The fix for a holder found searching back from its tensors (`kind`: the root it was found at)."""
+    if name.startswith("logging handler"):
+        return (f"{name} keeps every record it handles, and a record keeps its arguments (tensors with them): "
+                "log numbers (`loss.item()`), or flush and remove the handler")
+    if name.startswith("functools.lru_cache"):
+        function = name.rsplit(" ", 1)[-1]
+        return (f"{function} caches every result by its arguments, for good: call {function}.cache_clear(), give "
+                "it a maxsize, or cache on plain keys rather than tensors")
+    if name == "weakref.finalize registry":
+        return ("a weakref.finalize keeps its callback's arguments until its object is collected: pass the "
+                "callback what it needs, not tensors")
+    if kind == "thread":
+        return (f"{name}'s {container_path(path)} keeps them while the thread runs: hand them over through a "
+                "bounded queue.Queue(maxsize=...), or drop each once written")
+    return f"{container_path(path)} keeps them: clear it (or keep a bounded window) once what it holds has been used"

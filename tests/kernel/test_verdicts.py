@@ -1,4 +1,6 @@
-"""Verdicts on real CPU training loops in a real kernel: the catalogue's leaks (each of its kind) and clean loops."""
+"""Verdicts on real CPU training loops in a real kernel: the catalogue's leaks (each of its kind) and clean loops.
+Each loop runs bare first, then watched, from the same seed: watching must not change what it computed (every
+tensor and module it left, bitwise), nor the RNG state or grad mode after it."""
 
 from __future__ import annotations
 
@@ -22,15 +24,41 @@ def k(kernel: Kernel) -> Kernel:
     return kernel
 
 
+#: what a loop computed: each tensor, module and list of tensors it left in the namespace (a digest of their
+#: values, bitwise), torch's and Python's RNG states and grad mode after it (both RNGs seeded before it)
+COMPUTED = (
+    "(lambda tensors: {'left': {n: [t.double().sum().item() for t in tensors(v)] for n, v in globals().items()"
+    " if n not in _before and not n.startswith('_') and tensors(v)}, 'rng': torch.get_rng_state().tolist(),"
+    " 'random': hash(__import__('random').getstate()),"
+    " 'grad': torch.is_grad_enabled()})(lambda v: [v] if isinstance(v, torch.Tensor) else list(v.parameters())"
+    " if isinstance(v, torch.nn.Module) else [t for t in v if isinstance(t, torch.Tensor)]"
+    " if isinstance(v, (list, tuple)) else [])"
+)
+CLEAR = (
+    "for _n in [n for n in list(globals()) if not n.startswith('_') and n not in ('torch', 'torchmem_magic', "
+    "'DataLoader', 'TensorDataset', 'mlp', 'train_step', 'gc', 'sys', 'json')]:\n    del globals()[_n]\n"
+    "import gc; gc.collect()"
+)
+
+
+def _computed(k: Kernel, body: str, watched: bool) -> dict:
+    k.ok("_before = set(globals()); torch.manual_seed(0); __import__('random').seed(0)", store_history=False)
+    k.ok(("%%memwatch -q --interval 50\n" if watched else "") + body, timeout_s=180)
+    return k.value(COMPUTED, store_history=False)
+
+
 def _verdict(k: Kernel, body: str) -> dict:
-    k.ok("%%memwatch -q --interval 50\n" + body, timeout_s=180)
+    bare = _computed(k, body, watched=False)
+    k.ok(CLEAR, store_history=False)
+    watched = _computed(k, body, watched=True)
+    assert watched == bare, [key for key in bare if bare[key] != watched[key]]
     report = k.value(
         "{k: torchmem_magic.last_report().to_dict()[k]"
         " for k in ('verdict', 'leak_kind', 'resource', 'clock', 'advice', 'steps', 'sporadic_steps', 'heap', 'ram')}"
         " | {f'{c}_after_steps': [(s, v) for s, v in zip(torchmem_magic.last_report().timeline.by_step.column('step'),"
         " torchmem_magic.last_report().timeline.by_step.column(f'{c}_bytes')) if v > 0] for c in ('heap', 'ram', 'workers')}"
     )
-    k.ok("for _n in [n for n in list(globals()) if not n.startswith('_') and n not in ('torch', 'torchmem_magic', 'DataLoader', 'TensorDataset', 'mlp', 'train_step', 'gc', 'sys', 'json')]:\n    del globals()[_n]\nimport gc; gc.collect()")
+    k.ok(CLEAR)
     return report
 
 

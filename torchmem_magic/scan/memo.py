@@ -178,4 +178,7 @@ def scan_reusing(
     if not reused:
         memo.full_scan_cost_s = result.elapsed_s
     merged = sorted([*result.roots, *reused], key=lambda s: -s.retained_bytes)
-    return replace(result, roots=merged, objects=result.objects + sum(s.objects for s in reused))
+    return replace(
+        result, roots=merged, objects=result.objects + sum(s.objects for s in reused),
+        reused=frozenset(s.name for s in reused),
+    )

@@ -113,3 +113,5 @@ class ScanResult:
     truncated: bool
     elapsed_s: float
     notes: list[str]
+    storages: frozenset[tuple[object, ...]] = frozenset()  # the storages it counted (keys, as `tensor_storage` gives)
+    reused: frozenset[str] = frozenset()  # the names whose figures a memo gave, not this scan

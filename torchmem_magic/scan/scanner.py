@@ -133,6 +133,7 @@ class Scanner:
             truncated=self.truncated,
             elapsed_s=time.perf_counter() - started,
             notes=self.notes,
+            storages=frozenset(self._storages),
         )
         # drop every reference to user objects and autograd nodes
         walker.release()
