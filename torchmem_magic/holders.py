@@ -408,5 +408,8 @@ def fuse(
 
 
 def needs_holder_search(verdict: str, suspects: Sequence[Suspect]) -> bool:
-    """Whether a report's memory has no holder yet: a leak (or suspect) and no holder whose scans grew."""
-    return verdict in ("leak", "suspect") and not any(holder_trend(s.name, s.series).growing for s in suspects if s.series)
+    """Whether a report's memory has no holder yet: a leak (or suspect), and no suspect that is new in the
+    cell or grew in its scans."""
+    return verdict in ("leak", "suspect") and not any(
+        s.new_in_cell or (s.series and holder_trend(s.name, s.series).growing) for s in suspects
+    )

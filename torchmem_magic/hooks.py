@@ -286,7 +286,8 @@ class TrainingHooks:
                     "torch.nn.modules.module.register_module_forward_hook(always_call=)", "forward calls",
                     self._install_forward_hooks,
                 )
-            if self._forward_handles:  # a model compiled in the run must never be traced beside them
+            if self._forward_handles and callable(vars(sys.modules["torch"]).get("compile")):
+                # a model compiled in the run must never be traced beside them
                 self._patch("torch", "compile", self._wrap_compile)
         except BaseException:
             self.remove()

@@ -31,6 +31,8 @@ START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals 
 END_SCAN_BUDGET = Budget(time_s=1.0)
 #: where no holder grew: the search back from live tensors, and the measure of each root it finds
 SEARCH_BACK_S = 1.0
+#: a root found searching back holds at least this share of what the run grew (a library's constants do not)
+FOUND_SHARE_OF_GROWTH = 0.1
 HELD_ELSEWHERE_BUDGET = Budget(time_s=0.2, max_findings=0)
 #: the end-of-cell scan reuses the last scan of a name unchanged since only when scanning it again would
 #: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
@@ -226,7 +228,8 @@ class LeakFinder:
             named = {id(r.obj): (r.name, r.path) for r in roots}
             back = search_back(storages, named, SEARCH_BACK_S)
             del storages
-            held = tuple(sorted((self._held_suspect(h) for h in back.held),
+            big = [h for h in back.held if h.tensor_bytes >= FOUND_SHARE_OF_GROWTH * grown_bytes]
+            held = tuple(sorted((self._held_suspect(h) for h in big),
                                 key=lambda s: abs(math.log(max(s.retained_bytes, 1) / max(grown_bytes, 1.0)))))
             return HolderSearch(held, len(fresh.roots), back.storages_searched, back.storages_live, back.cut_short,
                                 fresh.elapsed_s + back.elapsed_s)
