@@ -58,6 +58,24 @@ def _compiled(**options: object) -> str:
     )
 
 
+_MODEL_ONLY = "    model = mlp(); return {'model': model}\n"
+
+
+def _checkpointed_by_hand(reentrant: bool) -> str:
+    """A checkpointed model's step, its parameters updated by hand (no optimizer)."""
+    return (
+        f"    x = torch.randn(64, 64){'.requires_grad_()' if reentrant else ''}\n"
+        f"    out = torch.utils.checkpoint.checkpoint(state['model'], x, use_reentrant={reentrant})\n"
+        "    loss = out.square().mean()\n"
+        "    loss.backward()\n"
+        "    with torch.no_grad():\n"
+        "        for p in state['model'].parameters():\n"
+        "            p -= 1e-2 * p.grad; p.grad = None\n"
+        + _KEEP
+        + "    return loss.item()\n"
+    )
+
+
 LOOPS: dict[str, Loop] = {
     "compile_eager": Loop(_compiled(backend="eager"), _TRAIN),
     "compile_aot_eager": Loop(_compiled(backend="aot_eager"), _TRAIN),
@@ -105,32 +123,8 @@ LOOPS: dict[str, Loop] = {
         ),
     ),
     # no optimizer: the steps are backward passes, and the checkpoint's re-run forward is none of them
-    "checkpoint_non_reentrant_no_optimizer": Loop(
-        "    model = mlp(); return {'model': model}\n",
-        "    x = torch.randn(64, 64)\n"
-        "    out = torch.utils.checkpoint.checkpoint(state['model'], x, use_reentrant=False)\n"
-        "    loss = out.square().mean()\n"
-        "    loss.backward()\n"
-        "    with torch.no_grad():\n"
-        "        for p in state['model'].parameters():\n"
-        "            p -= 1e-2 * p.grad; p.grad = None\n"
-        + _KEEP
-        + "    return loss.item()\n",
-        clock="backward",
-    ),
-    "checkpoint_reentrant_no_optimizer": Loop(
-        "    model = mlp(); return {'model': model}\n",
-        "    x = torch.randn(64, 64).requires_grad_()\n"
-        "    out = torch.utils.checkpoint.checkpoint(state['model'], x, use_reentrant=True)\n"
-        "    loss = out.square().mean()\n"
-        "    loss.backward()\n"
-        "    with torch.no_grad():\n"
-        "        for p in state['model'].parameters():\n"
-        "            p -= 1e-2 * p.grad; p.grad = None\n"
-        + _KEEP
-        + "    return loss.item()\n",
-        clock="backward",
-    ),
+    "checkpoint_non_reentrant_no_optimizer": Loop(_MODEL_ONLY, _checkpointed_by_hand(reentrant=False), clock="backward"),
+    "checkpoint_reentrant_no_optimizer": Loop(_MODEL_ONLY, _checkpointed_by_hand(reentrant=True), clock="backward"),
     "jit_script": Loop(
         "    model = torch.jit.script(mlp())\n"
         "    return {'model': model, 'opt': torch.optim.SGD(model.parameters(), lr=1e-2)}\n",
