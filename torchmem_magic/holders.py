@@ -279,7 +279,7 @@ class HolderSearch:
     """Where a leak's memory was looked for when no holder grew in the scans: the names a memo stood in for,
     scanned afresh, then a search back from the live tensors no scan reached to what holds them."""
 
-    found: tuple[Suspect, ...]  # largest first; growth_per_step only where a size before the run is known
+    found: tuple[Suspect, ...]  # the closest to what the run grew first; growth_per_step where a size before is known
     rescanned: int  # names scanned afresh
     storages_searched: int  # storages searched back from (0: the rescan found the holder)
     storages_live: int  # live storages no scan reached
@@ -312,6 +312,18 @@ def _filled_line(name: str, fill: Fill, steps_word: str) -> str:
         f"{name} is a cache that filled: it grew by {format_bytes(fill.grown_bytes)} over {steps_word} "
         f"{fill.first_step:,.0f}–{fill.full_step:,.0f}, then stayed the same size for "
         f"{fill.last_step - fill.full_step:,.0f} {steps_word} (bounded by the data: not a leak)"
+    )
+
+
+def without_ruled_out(
+    suspects: Sequence[Suspect], diagnosis: Diagnosis, on_accelerator: frozenset[str] = frozenset()
+) -> tuple[Suspect, ...]:
+    """The suspects less the loop's holders whose growth the curves ruled out (`ruled_out`: `fuse` says
+    so in the advice): a window cycling between scans, or a cache whose last scans came before it filled."""
+    return tuple(
+        s for s in suspects
+        if s.kind not in LOOP_KINDS or not s.series
+        or not ruled_out(holder_trend(s.name, s.series), curves_rate(diagnosis, s.name in on_accelerator))
     )
 
 

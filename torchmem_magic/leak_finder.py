@@ -304,8 +304,10 @@ class LeakFinder:
                 "holders_on_accelerator": self.on_accelerator}
 
     def series(self) -> HolderSeries:
-        """Each holder's (step, retained bytes) points so far."""
-        return self._tracker.snapshot() if self._tracker is not None else dict(self._final_series)
+        """Each holder's (step, retained bytes) points so far; once finished, with the end scan's points."""
+        if self._final_series or self._tracker is None:
+            return dict(self._final_series)
+        return self._tracker.snapshot()
 
     def holders_so_far(self) -> tuple[HolderSeries, tuple[Suspect, ...]]:
         """The holders' series and, as suspects, what the last mid-run scan saw of each."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from .forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
-from .holders import HolderSearch, fuse, with_trends, without_flat
+from .holders import HolderSearch, fuse, with_trends, without_flat, without_ruled_out
 from .model import (
     Clock,
     RankSummary,
@@ -453,7 +453,7 @@ def assemble_report(
         leak_kind=diagnosis.leak_kind,
         resource=diagnosis.resource,
         steps_to_exhaustion=diagnosis.steps_to_exhaustion,
-        suspects=without_flat(suspects),
+        suspects=without_flat(without_ruled_out(suspects, curves, evidence.holders_on_accelerator)),
         advice=(*evidence.guard_advice, *death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
         seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
         per_step_error_bytes=diagnosis.per_step_error_bytes,
