@@ -15,8 +15,7 @@ For each resource the series is memory after each sampled step (of the loop's st
    back; they are named. A jump is judged against its step gap (thinned sampling reads every k-th
    step, and a steady leak grows k times its rate between two samples: that is no jump).
 5. Not leaks: plateaus, sawtooth temporaries (they come back), CUDA reserved growing while
-   allocated is flat (the caching allocator; said as a note). A leak needs growth that goes on: the
-   run's later half on its own shows one that began late.
+   allocated is flat (the caching allocator; said as a note).
 
 The maths on one series (robust slopes, noise, jumps, the warm-up, a release at the end) is in
 `slopes.py`; here are the rules that turn it into verdicts, and their wording.
@@ -47,8 +46,6 @@ from .units import format_bytes, format_duration, plural_noun, rate_unit, singul
 MIB = 1 << 20
 MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
 MIN_TOTAL_BYTES = 2 * MIB  # growth below this over the window is never called a leak
-LATE_MIN_STEPS = 8  # sampled steps in the run's later half needed to judge it alone (thinned: fewer than early)
-LATE_FASTER = 1.5  # a later half growing this many times faster than the whole run's line gives the leak's rate
 FULL_SHARE = 0.98  # a reading this close to its limit is at it: the resource ran out
 FILLED_FROM_SHARE = 0.5  # ... when it was below this share of the limit earlier in the run (it filled in the run)
 Z_LEAK = 5.0  # slope / its standard error for "leak"
@@ -218,16 +215,6 @@ def _fit_line(xs: Sequence[float], ys: Sequence[float], noise: float, max_points
     return _LineFit(slope, error, total, big_enough)
 
 
-def _late_leak(xs: Sequence[float], ys: Sequence[float], noise: float, max_points: int) -> _LineFit | None:
-    """The later half's own line, where it shows a leak that the whole run's line does not: growth that
-    began late (a flat start weighs against it in a line through the whole run)."""
-    later = next(i for i, x in enumerate(xs) if x >= (xs[0] + xs[-1]) / 2)
-    if len(xs) - later < LATE_MIN_STEPS:
-        return None
-    fit = _fit_line(xs[later:], ys[later:], noise, max_points)
-    return fit if fit.shows_leak(Z_LEAK) else None
-
-
 def analyse(
     series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200, ends_after_block: bool = False
 ) -> ResourceFinding:
@@ -293,11 +280,6 @@ def analyse(
         # one rise is a level change (a cache filled late, an epoch's end temporaries the allocator kept):
         # only a rise that comes again is a leak
         return finding("leak" if len(jumps) >= 2 else "suspect", "sporadic", ranges)
-    late = _late_leak(xs, ys, noise, max_points)
-    if late is not None and (not fit.shows_leak(Z_LEAK) or late.slope - 2 * late.error > LATE_FASTER * slope):
-        # a leak that started late (or grows faster now): the later half shows it, at the rate it grows now
-        slope, error, total = late.slope, late.error, late.total
-        return finding("leak", "per-iteration")
     if fit.shows_leak(Z_SUSPECT):
         return finding("leak" if fit.shows_leak(Z_LEAK) else "suspect", "per-iteration")
     return finding("clean", None)
