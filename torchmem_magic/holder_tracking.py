@@ -118,6 +118,9 @@ class HolderTracker:
         self._allowance_left_cpu_s = start_allowance_s
         self._charged_s = 0.0  # the scans' wall time beyond what the allowance covered
         self._full_cost_s = min(full_scan_cost_s, MID_RUN_BUDGET.time_s)  # what the last scan of everything cost
+        self.counted_storages: frozenset[tuple[object, ...]] = frozenset()  # what the scans reached (keys only)
+        self._search_wanted: Callable[[int], list[Root]] | None = None  # a search back, run at the next scan
+        self.found_roots: list[Root] = []  # holders no name reaches, found searching back: measured from then on
 
     def due(self, step: int | None = None) -> bool:
         """Whether a scan may run now, at `step` (see `due_at`); without `step`, only the time-paced
@@ -169,6 +172,15 @@ class HolderTracker:
         self._check_at_step = next_check
         return False
 
+    def want_search(self, search: Callable[[int], list[Root]]) -> None:
+        """Run `search(step)` at the next scan (any thread may ask), as soon as the budget allows: the roots
+        it returns are measured at that scan and every one after. Its time counts in `spent_s` but not
+        against the budget: it is bounded by its own limit and comes once, and charged, it would hold the
+        scans that show whether what it found grows back for a hundred times as long."""
+        self._search_wanted = search
+        self._next_scan_s = self._budget_ready_s
+        self._check_at_step = 0
+
     def scan(self, step: int) -> None:
         """Measure the holders now, at `step`; then wait until the scans' share of the run is back
         under the budget.
@@ -176,17 +188,23 @@ class HolderTracker:
         Most scans look only at the holders already tracked and the names new in the cell (cheap);
         every FULL_SCAN_EVERY-th looks at everything, when the budget has room for what the last
         full scan cost (a long session's namespace can take the whole 50 ms)."""
+        search, self._search_wanted = self._search_wanted, None
         started, cpu_started = self._clock(), self._cpu_clock()
-        loop_started_s = started if self._started_s is None else self._started_s
-        allowed_s = self._allowance_left_cpu_s + self._budget_share * (started - loop_started_s)
-        full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self._charged_s + self._full_cost_s <= allowed_s
         try:
-            roots = self._roots()
+            if search is not None:
+                self.found_roots.extend(search(step))
+                self.spent_s += self._clock() - started
+                started, cpu_started = self._clock(), self._cpu_clock()
+            loop_started_s = started if self._started_s is None else self._started_s
+            allowed_s = self._allowance_left_cpu_s + self._budget_share * (started - loop_started_s)
+            full = self.scans % FULL_SCAN_EVERY == FULL_SCAN_EVERY - 1 and self._charged_s + self._full_cost_s <= allowed_s
+            roots = self._roots() + self.found_roots
             if not full:
                 roots = [r for r in roots if r.name in self._series or r.name in self._cheap or r.name not in self._baseline]
             result = scan_roots(roots, self._budget, plain_lists=self._plain_lists) if roots else None
             if result is not None:
                 self._record(step, result.roots)
+                self.counted_storages = result.storages if full else self.counted_storages | result.storages
                 with self._lock:
                     self._object_ids.update((r.name, id(r.obj)) for r in roots if r.name in self._series)
         except KeyboardInterrupt as interrupt:

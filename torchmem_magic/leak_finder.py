@@ -4,12 +4,13 @@ lets go of it when the run ends, so nothing of the user's is kept."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .holder_tracking import CHEAP_OBJECTS, HolderTracker
+from .holder_tracking import CHEAP_OBJECTS, FULL_SCAN_EVERY, HolderTracker
 from .holders import (
     MIN_GROWTH_BYTES,
     HolderSearch,
@@ -22,7 +23,7 @@ from .holders import (
 from .model import Suspect
 from .ranks.settings import StartScan
 from .scan.memo import ScanMemo, scan_reusing
-from .scan.referrers import HeldElsewhere, live_storages, search_back
+from .scan.referrers import BackSearch, HeldElsewhere, live_storages, search_back
 from .scan.results import Budget, Root, RootStats
 from .scan.scanner import scan_roots
 from .suspects import baseline_of, fix_elsewhere, growing_suspect, suspects_from_scan, suspects_from_stats
@@ -34,6 +35,10 @@ SEARCH_BACK_S = 1.0
 #: a root found searching back holds at least this share of what the run grew (a library's constants do not)
 FOUND_SHARE_OF_GROWTH = 0.1
 HELD_ELSEWHERE_BUDGET = Budget(time_s=0.2, max_findings=0)
+#: the same search mid-run (the live verdict sees growth no holder's scans show), on the training thread
+#: between two steps, once a run, charged to the scans' budget
+MID_RUN_SEARCH_S = 0.25
+MID_RUN_MEASURE_BUDGET = Budget(time_s=0.05, max_findings=0)
 #: the end-of-cell scan reuses the last scan of a name unchanged since only when scanning it again would
 #: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
 REUSE_MIN_OBJECTS = 2_000
@@ -89,6 +94,12 @@ def with_end_points(series: HolderSeries, measured: list[RootStats], last_step: 
     return out
 
 
+def _big_enough(held: HeldElsewhere, back: BackSearch, grown_bytes: float) -> bool:
+    """Whether a root found searching back holds enough to be where the growth went: FOUND_SHARE_OF_GROWTH of
+    it, or of the bytes searched where the search covered less than the run grew (the largest storages only)."""
+    return held.tensor_bytes >= FOUND_SHARE_OF_GROWTH * min(grown_bytes, back.bytes_searched)
+
+
 def _never(step: int) -> bool:
     return False
 
@@ -117,6 +128,8 @@ class LeakFinder:
         self._end_storages: frozenset[tuple[object, ...]] = frozenset()  # what the end scan counted
         self._end_reused: frozenset[str] = frozenset()  # the names whose end figures a memo gave
         self._live_line: tuple[int, str | None] = (-1, None)  # (scans it was computed at, the line)
+        self._search_asked = False  # the mid-run search back was asked for (once a run)
+        self._found_mid_run: dict[str, HeldElsewhere] = {}  # holders it found (their objects let go: `obj=None`)
 
     @property
     def inherits_scan(self) -> bool:
@@ -172,6 +185,40 @@ class LeakFinder:
         if self._tracker is not None:
             self._tracker.restart()
 
+    def want_search(self, grown_bytes: float) -> None:
+        """The live verdict sees `grown_bytes` of growth that no holder's scans show: search back from the
+        live tensors once, at the next scan, for holders no name reaches; the scans measure them from then
+        on, so their growth is shown as any holder's is. Any thread may ask; the training thread searches."""
+        tracker = self._tracker
+        if tracker is None or self._search_asked or tracker.scans < FULL_SCAN_EVERY:
+            return
+        if any(holder_trend(name, points).growing for name, points in tracker.snapshot().items()):
+            return
+        self._search_asked = True
+        tracker.want_search(functools.partial(self._found_now, grown_bytes))
+
+    def _found_now(self, grown_bytes: float, step: int) -> list[Root]:
+        """The holders a search back finds now that no name reaches (each of at least FOUND_SHARE_OF_GROWTH
+        of `grown_bytes`), as roots for the scans; the training thread calls it, between two steps."""
+        tracker, roots = self._tracker, self._roots() if self._roots is not None else []
+        try:
+            if tracker is None:
+                return []
+            storages = live_storages(tracker.counted_storages)
+            back = search_back(storages, {id(r.obj): (r.name, r.path) for r in roots}, MID_RUN_SEARCH_S)
+            del storages
+            names = {r.name for r in roots}
+            found = [Root(h.name, "user", h.obj_path, h.obj) for h in back.held
+                     if h.name not in names and _big_enough(h, back, grown_bytes)]
+            # only what a scan measures can be followed (a C object's cache, such as an lru_cache's, is not)
+            measured = {s.name: s.retained_bytes for s in scan_roots(found, MID_RUN_MEASURE_BUDGET).roots if not s.truncated}
+            held = {h.name: h for h in back.held}
+            found = [r for r in found if 2 * measured.get(r.name, 0) >= held[r.name].tensor_bytes]
+            self._found_mid_run.update((r.name, replace(held[r.name], obj=None)) for r in found)
+            return found
+        finally:
+            del roots  # the user's objects: not kept by the traceback of an interrupt in the search
+
     # ---------------------------------------------------------------- the end
     def finish(self, scan: bool = True, last_step: int = 0) -> tuple[Suspect, ...]:
         """The suspects at the end; `scan=False` (an interrupt while the end scan ran): none. `last_step`:
@@ -179,6 +226,8 @@ class LeakFinder:
         last point of its series. The roots are kept for `search_unheld` until `close()`."""
         tracker = self._tracker
         roots = self._roots() if scan and self._roots is not None else None
+        if roots is not None and tracker is not None:
+            roots += tracker.found_roots
         try:
             if tracker is not None:
                 if roots is not None:
@@ -203,7 +252,7 @@ class LeakFinder:
                 names = {s.name for s in found}
                 gone = [stats for stats in tracker.measured() if stats.name not in names]
                 found = [*found, *suspects_from_stats(gone, self.sources, self._baseline)]  # the Report orders them
-            return tuple(found)
+            return tuple(self._as_found_elsewhere(s) for s in found)
         finally:
             roots = None  # the user's objects: not kept by the traceback of an interrupt in the scan
             if not scan:
@@ -228,13 +277,21 @@ class LeakFinder:
             named = {id(r.obj): (r.name, r.path) for r in roots}
             back = search_back(storages, named, SEARCH_BACK_S)
             del storages
-            big = [h for h in back.held if h.tensor_bytes >= FOUND_SHARE_OF_GROWTH * grown_bytes]
+            big = [h for h in back.held if _big_enough(h, back, grown_bytes)]
             held = tuple(sorted((self._held_suspect(h) for h in big),
                                 key=lambda s: abs(math.log(max(s.retained_bytes, 1) / max(grown_bytes, 1.0)))))
             return HolderSearch(held, len(fresh.roots), back.storages_searched, back.storages_live, back.cut_short,
                                 fresh.elapsed_s + back.elapsed_s)
         finally:
             del roots  # the user's objects: not kept by the traceback of an interrupt in the search
+
+    def _as_found_elsewhere(self, suspect: Suspect) -> Suspect:
+        """A holder the mid-run search found is named for what it is, with its way down and its fix (a
+        rule's fix speaks of a notebook name)."""
+        held = self._found_mid_run.get(suspect.name)
+        if held is None:
+            return suspect
+        return replace(suspect, path=held.path, new_in_cell=False, fix=fix_elsewhere(held.name, held.path, held.kind))
 
     def _grown_suspect(self, stats: RootStats, last_step: int) -> Suspect:
         """A name the memo stood in for that grew since before the run: the suspect its own scan makes."""

@@ -248,7 +248,16 @@ class LiveView:
                 worker_count=max(1, self._probes.tree.workers), max_rows=LIVE_VERDICT_ROWS,
             )
             self._live = (now, diagnosis)
+            self._search_if_unheld(diagnosis)
         return self._live[1]
+
+    def _search_if_unheld(self, diagnosis: Diagnosis) -> None:
+        """A leak as it forms asks the leak finder to look beyond the names, when no holder's scans grow."""
+        if self._finder is None or diagnosis.verdict not in ("leak", "suspect"):
+            return
+        grown = [f.net_growth_bytes for f in diagnosis.findings if f.resource == diagnosis.resource]
+        if grown and grown[0] > 0:
+            self._finder.want_search(grown[0])
 
     def last_live_verdict(self) -> tuple[float, str] | None:
         """(seconds into the run, the verdict line) of the last live verdict, if one was computed."""

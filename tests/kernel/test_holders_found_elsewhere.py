@@ -129,3 +129,66 @@ def test_a_list_deep_in_a_big_object_the_memo_knows_is_named(fresh_kernel: Kerne
     top = report["suspects"][0]
     assert top["name"] == "cfg" and top["path"].startswith("cfg.children['option150000'].children['log'].items"), said
     assert not any("held elsewhere" in line for line in report["advice"]), said
+
+
+#: a loop that keeps 32 KiB a step in a library's module global, until the live figure's leak finder has measured
+#: that global at 4 scans (it has no name in the notebook: only a search back finds it), or 6,000 steps
+MID_RUN_LOOP = (
+    "def _scans_of(name):\n"
+    "    session = torchmem_magic.session.active_session()\n"
+    "    return len(session.finder.series().get(name, [])) if session is not None and session.finder else 0\n"
+    "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+    "for step in range(6000):\n"
+    "    train_step(model, opt, torch.randn(32, 64))\n"
+    "    sys.modules['featurestore'].CACHE.append(model[:2](torch.randn(16, 64)).detach())\n"
+    "    if step >= 100 and _scans_of('module global featurestore.CACHE') >= 4:\n"
+    "        break\n"
+)
+
+
+def test_a_holder_no_name_reaches_is_found_mid_run_and_a_stale_one_is_not_named(fresh_kernel: Kernel) -> None:
+    """While the live figure shows a leak that no name's scans explain, the leak finder searches back once and
+    measures what it found at each scan from then on: the live status names it as it grows, and the report
+    gives its growth over the run. A library's dataset that was alive before the run and does not grow is found
+    by the same search, but it is no suspect."""
+    fresh_kernel.ok(
+        SETUP + "import sys, types\n"
+        "store = types.ModuleType('featurestore'); store.CACHE = []; sys.modules['featurestore'] = store\n"
+        "data = types.ModuleType('datastore'); data.DATA = torch.randn(4_000_000); sys.modules['datastore'] = data\n"
+        "del store, data\n"
+    )
+    fresh_kernel.ok("%%memwatch\n" + MID_RUN_LOOP, timeout_s=180)
+    report = fresh_kernel.value(
+        "(lambda r: {k: r[k] for k in ('verdict', 'steps', 'live_suspects_at_step', 'advice')} | {'suspects':"
+        " [{k: s[k] for k in ('name', 'path', 'fix', 'growth_per_step', 'series')} for s in r['suspects']]})"
+        "(torchmem_magic.last_report().to_dict())"
+    )
+    said = json.dumps(report, indent=1)
+    assert report["verdict"] == "leak" and report["steps"] < 6000, said  # the loop stopped at the 4th scan
+    top = report["suspects"][0]
+    assert top["name"] == "module global featurestore.CACHE" and top["path"].startswith("featurestore.CACHE["), said
+    assert top["fix"].startswith("featurestore.CACHE keeps them"), said
+    assert top["growth_per_step"] == pytest.approx(16 * 512 * 4, rel=0.3), said
+    assert report["live_suspects_at_step"] is not None and report["live_suspects_at_step"] <= report["steps"], said
+    assert not any("datastore" in s["name"] for s in report["suspects"]), said
+
+
+def test_a_stale_holder_found_mid_run_is_not_named_beside_one_no_scan_can_measure(fresh_kernel: Kernel) -> None:
+    """A leak in a `functools.lru_cache` (a C object: no scan measures it) beside a library's dataset alive
+    before the run: the search back mid-run finds both, the scans after it see the dataset stay the same size,
+    and the search at the end then names the cache alone."""
+    fresh_kernel.ok(
+        SETUP + CASES["lru_cache_on_tensor_arguments"][0] + "import sys, types\n"
+        "data = types.ModuleType('datastore'); data.DATA = torch.randn(4_000_000); sys.modules['datastore'] = data\n"
+        "del data\n"
+    )
+    loop = MID_RUN_LOOP.replace("sys.modules['featurestore'].CACHE.append(", "normalised(step, ").replace(
+        "module global featurestore.CACHE", "module global datastore.DATA")
+    fresh_kernel.ok("%%memwatch\n" + loop, timeout_s=180)
+    report = fresh_kernel.value(
+        "(lambda r: {k: r[k] for k in ('verdict', 'steps', 'advice')} | {'suspects': [s['name'] for s in"
+        " r['suspects']]})(torchmem_magic.last_report().to_dict())"
+    )
+    said = json.dumps(report, indent=1)
+    assert report["verdict"] == "leak" and report["steps"] < 6000, said  # the dataset was measured at 4 scans
+    assert report["suspects"] == ["functools.lru_cache normalised"], said

@@ -27,7 +27,7 @@ import threading
 import time
 import types
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .introspect import StorageKey, tensor_storage
@@ -50,6 +50,7 @@ class HeldElsewhere:
     tensor_bytes: int  # the searched storages it is the nearest root of
     tensors: int
     obj: Any = field(repr=False, compare=False, default=None)  # what to measure: the object under the root
+    obj_path: str = ""  # how `obj` is reached: the path's start
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class BackSearch:
     held: tuple[HeldElsewhere, ...]
     storages_searched: int
     storages_live: int  # live storages that nothing the forward scan reached holds
+    bytes_searched: int  # the searched storages' bytes (the largest MAX_STORAGES of the live ones)
     levels: int
     cut_short: bool  # a limit (time, frontier, levels) stopped it before every searched storage met a root
     elapsed_s: float
@@ -226,11 +228,11 @@ class _Search:
         count = sum(len(self.storages[i][1]) for i in new)
         match = next((k for k, h in enumerate(self.found) if (h.name, _container(h.path)) == (held.name, _container(held.path))), None)
         if match is None:
-            self.found.append(HeldElsewhere(held.name, held.path, held.kind, size, count, held.obj))
+            self.found.append(replace(held, tensor_bytes=size, tensors=count))
             match = len(self.found) - 1
         else:
             h = self.found[match]
-            self.found[match] = HeldElsewhere(h.name, h.path, h.kind, h.tensor_bytes + size, h.tensors + count, h.obj)
+            self.found[match] = replace(h, tensor_bytes=h.tensor_bytes + size, tensors=h.tensors + count)
         for i in new:
             self.holder_of[i] = match
 
@@ -256,7 +258,7 @@ class _Search:
         """The holder when `parent` is a root or a registry, with the path from it down to a tensor."""
         registry = _registry(parent)
         if registry is not None:
-            return HeldElsewhere(registry, registry + self.path_down(parent, child_id), "registry", 0, 0, parent)
+            return HeldElsewhere(registry, registry + self.path_down(parent, child_id), "registry", 0, 0, parent, registry)
         described = self.roots.describe(parent, child_id)
         if described is None:
             return None
@@ -265,9 +267,11 @@ class _Search:
             path = start + self.path_down(parent, child_id)
             if kind == "class-attribute":
                 name = "class attribute " + path.split("[", 1)[0].split(" ", 1)[0]
-            return HeldElsewhere(name, path, kind, 0, 0, parent)
+            return HeldElsewhere(name, path, kind, 0, 0, parent, start)
         tail = self.path_down(parent, child_id)[len(_step(parent, child_id)):]
-        return HeldElsewhere(name, start + tail, kind, 0, 0, self.objects.get(child_id, parent))
+        under = child_id in self.objects
+        return HeldElsewhere(name, start + tail, kind, 0, 0, self.objects.get(child_id, parent),
+                             start if under else start[:len(start) - len(_step(parent, child_id))])
 
 
 def search_back(
@@ -296,7 +300,8 @@ def search_back(
     state.roots = _Roots({})  # the threads' locals: let go
     cut = cut or len(state.holder_of) < len(state.storages)
     held = tuple(sorted(state.found, key=lambda h: -h.tensor_bytes))
-    return BackSearch(held, len(state.storages), len(storages), levels, cut, time.perf_counter() - started)
+    searched_bytes = sum(size for size, _ in state.storages)
+    return BackSearch(held, len(state.storages), len(storages), searched_bytes, levels, cut, time.perf_counter() - started)
 
 
 def _level(state: _Search, frontier: list[Any], ignore: set[int]) -> tuple[list[Any], bool]:
@@ -304,7 +309,7 @@ def _level(state: _Search, frontier: list[Any], ignore: set[int]) -> tuple[list[
     for obj in frontier:  # a local variable of a running function: the collector does not show it
         local = state.roots.of_local(id(obj))
         if local is not None:
-            in_thread = HeldElsewhere(local[0], local[1], local[2], 0, 0, obj)
+            in_thread = HeldElsewhere(local[0], local[1], local[2], 0, 0, obj, local[1])
             state.settle(state.origins[id(obj)], in_thread)
             state.lead(id(obj), in_thread)
     wanted = {id(o) for o in frontier}
