@@ -2,6 +2,7 @@
 called leaks of their kind with the expected holder named first among the suspects, and its HOLDER_CLEAN loops
 clean with no suspect at all.
 
+Each loop runs watched, then bare, from the same seeds: watching must not change what it computed.
 One kernel runs every loop (each framework imported once, outside the watched cells, as a notebook's first cell
 does); what a loop left in the namespace is deleted before the next. `make stress-holders` runs this file three
 times and fails on a loop whose outcome flips between runs.
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from computed import computed, differences
 from kernel_client import Kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -55,6 +57,12 @@ def k(kernel: Kernel, tmp_path_factory: pytest.TempPathFactory) -> Kernel:
     return kernel
 
 
+#: deletes what a loop left in the namespace
+CLEAR = (
+    "for _n in [n for n in globals() if n not in _kept_names and not n.startswith('_')]:\n"
+    "    del globals()[_n]\n"
+    "import gc; gc.collect()"
+)
 #: each loop's report, for the tests that read it after the first (one run per loop)
 _REPORTS: dict[str, dict[str, Any]] = {}
 
@@ -66,16 +74,13 @@ def _report(k: Kernel, name: str) -> dict[str, Any]:
         pytest.skip(f"{framework} is not installed (`make setup` installs the test group)")
     if name not in _REPORTS:
         body = HOLDER_LEAKS[name][0] if name in HOLDER_LEAKS else HOLDER_CLEAN[name]
-        try:
-            k.ok("%%memwatch -q --interval 50\n" + body, timeout_s=180)
+        try:  # watched first (as a user's first run is), then bare: the two must compute the same
+            watched = computed(k, body, "%%memwatch -q --interval 50")
             _REPORTS[name] = k.value(REPORT)
+            k.ok(CLEAR, store_history=False)
+            _REPORTS[name]["changed_by_watching"] = differences(watched, computed(k, body))
         finally:
-            k.ok(
-                "for _n in [n for n in globals() if n not in _kept_names and not n.startswith('_')]:\n"
-                "    del globals()[_n]\n"
-                "import gc; gc.collect()",
-                store_history=False,
-            )
+            k.ok(CLEAR, store_history=False)
     return _REPORTS[name]
 
 
@@ -110,6 +115,14 @@ def test_a_metric_never_reset_is_fixed_by_resetting_it(k: Kernel) -> None:
 def test_clean_loop_is_clean_with_no_suspect(k: Kernel, name: str) -> None:
     report = _report(k, name)
     assert report["verdict"] == "clean" and report["suspects"] == [], _said(report)
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_watching_changes_nothing_the_loop_computes(k: Kernel, name: str) -> None:
+    """Run watched, then bare, from the same seeds: the same parameters and tensors left (bitwise), RNG states
+    and grad mode."""
+    report = _report(k, name)
+    assert report["changed_by_watching"] == [], _said(report)
 
 
 def test_every_leak_names_its_holder() -> None:

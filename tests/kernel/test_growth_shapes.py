@@ -1,7 +1,7 @@
 """Growth that stops is no leak, growth that starts late or pauses is one, in a real kernel, at the default
 interval and a short one: a memo filled during the first epoch of four is clean and named as the cache that
 filled, with its size; a leak that begins two thirds into the run, or pauses between two ramps, is a leak whose
-holder is named first."""
+holder is named first. Each runs watched, then bare: watching must not change what it computed."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from computed import computed, differences
 from kernel_client import Kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from leaky_loops import GROWTH_SHAPES, SETUP  # noqa: E402
 
 pytestmark = pytest.mark.kernel
+
+
+CLEAR = "for _n in [n for n in globals() if n not in _kept_names and not n.startswith('_')]:\n    del globals()[_n]\nimport gc; gc.collect()"
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +32,18 @@ def k(kernel: Kernel) -> Kernel:
 @pytest.mark.parametrize("name", sorted(GROWTH_SHAPES))
 def test_growth_that_stops_is_clean_and_growth_that_goes_on_leaks(k: Kernel, name: str, interval: str) -> None:
     body, verdict, holder = GROWTH_SHAPES[name]
-    try:
-        k.ok(f"%%memwatch -q {interval}\n" + body, timeout_s=240)
+    try:  # watched, then bare: the two must compute the same
+        watched = computed(k, body, f"%%memwatch -q {interval}", timeout_s=240)
         report = k.value(
             "(lambda r: {k: r[k] for k in ('verdict', 'leak_kind', 'steps', 'advice')}"
             " | {'suspects': [s['name'] for s in r['suspects']]})(torchmem_magic.last_report().to_dict())"
         )
+        k.ok(CLEAR, store_history=False)
+        report["changed_by_watching"] = differences(watched, computed(k, body, timeout_s=240))
     finally:
-        k.ok("for _n in [n for n in globals() if n not in _kept_names and not n.startswith('_')]:\n"
-             "    del globals()[_n]\nimport gc; gc.collect()", store_history=False)
+        k.ok(CLEAR, store_history=False)
     said = json.dumps(report, indent=1)
+    assert report["changed_by_watching"] == [], said
     assert report["verdict"] == verdict, said
     if verdict == "leak":
         assert report["suspects"][:1] == [holder], said
@@ -48,3 +54,45 @@ def test_growth_that_stops_is_clean_and_growth_that_goes_on_leaks(k: Kernel, nam
         filled = [line for line in report["advice"] if line.startswith(f"{holder} is a cache that filled: it grew by ")]
         ruled_out = f"{holder}'s scans rose, but the memory it lives in did not grow with it"
         assert (filled and "MiB" in filled[0]) or any(line.startswith(ruled_out) for line in report["advice"]), said
+
+
+#: a memo filled with new samples until a live verdict computed during the fill calls it a leak or a suspect
+#: (or 10,000 samples), then reused for twice as many steps, until a live verdict computed after them has come
+#: (or a minute): ([the verdict during the fill, the verdict on the plateau], samples, steps)
+LIVE_FILL_THEN_PLATEAU = """\
+view = torchmem_magic.session.active_session().view
+model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+projection = torch.randn(64, 4096); memo = {}
+def features(i):
+    if i not in memo:
+        memo[i] = torch.tanh(torch.randn(1, 64) @ projection)
+    return memo[i]
+def live_verdict_since(step):
+    live = view.last_live_verdict()
+    return live[1] if live is not None and live[0] > started[step] else None
+import time
+started, step, said = {}, 0, []
+while not said and step < 10_000:
+    started[step] = view.elapsed_s
+    train_step(model, opt, features(step)[:, :64]); step += 1
+    said = [v for v in [live_verdict_since(max(0, step - 20))] if v and v.startswith(("leak", "suspect"))]
+filled = step
+deadline = time.monotonic() + 60
+while len(said) < 2 and time.monotonic() < deadline:
+    started[step] = view.elapsed_s
+    train_step(model, opt, features(step % filled)[:, :64]); step += 1
+    if step > 3 * filled:
+        said += [v for v in [live_verdict_since(3 * filled)] if v]
+live_said = (said, filled, step)
+"""
+
+
+def test_the_live_verdict_calls_a_fill_while_it_lasts_and_comes_back_once_it_flattened(k: Kernel) -> None:
+    try:
+        k.ok("%%memwatch\n" + LIVE_FILL_THEN_PLATEAU, timeout_s=240)
+        said, filled, steps = k.value("live_said")
+        report = k.value("torchmem_magic.last_report().verdict")
+    finally:
+        k.ok(CLEAR, store_history=False)
+    assert filled < 10_000 and len(said) == 2, (said, filled, steps)  # a leak while it filled, then a verdict after
+    assert said[1] == "clean" and report == "clean", (said, filled, steps)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from computed import computed, differences
 from kernel_client import Kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -24,16 +25,7 @@ def k(kernel: Kernel) -> Kernel:
     return kernel
 
 
-#: what a loop computed: each tensor, module and list of tensors it left in the namespace (a digest of their
-#: values, bitwise), torch's and Python's RNG states and grad mode after it (both RNGs seeded before it)
-COMPUTED = (
-    "(lambda tensors: {'left': {n: [t.double().sum().item() for t in tensors(v)] for n, v in globals().items()"
-    " if n not in _before and not n.startswith('_') and tensors(v)}, 'rng': torch.get_rng_state().tolist(),"
-    " 'random': hash(__import__('random').getstate()),"
-    " 'grad': torch.is_grad_enabled()})(lambda v: [v] if isinstance(v, torch.Tensor) else list(v.parameters())"
-    " if isinstance(v, torch.nn.Module) else [t for t in v if isinstance(t, torch.Tensor)]"
-    " if isinstance(v, (list, tuple)) else [])"
-)
+MAGIC = "%%memwatch -q --interval 50"
 CLEAR = (
     "for _n in [n for n in list(globals()) if not n.startswith('_') and n not in ('torch', 'torchmem_magic', "
     "'DataLoader', 'TensorDataset', 'mlp', 'train_step', 'gc', 'sys', 'json')]:\n    del globals()[_n]\n"
@@ -41,16 +33,10 @@ CLEAR = (
 )
 
 
-def _computed(k: Kernel, body: str, watched: bool) -> dict:
-    k.ok("_before = set(globals()); torch.manual_seed(0); __import__('random').seed(0)", store_history=False)
-    k.ok(("%%memwatch -q --interval 50\n" if watched else "") + body, timeout_s=180)
-    return k.value(COMPUTED, store_history=False)
-
-
 def _verdict(k: Kernel, body: str) -> dict:
     """The watched run's report (the watched run first: it runs as it did before any bare run), once the bare
     run computed the same."""
-    watched = _computed(k, body, watched=True)
+    watched = computed(k, body, MAGIC)
     report = k.value(
         "{k: torchmem_magic.last_report().to_dict()[k]"
         " for k in ('verdict', 'leak_kind', 'resource', 'clock', 'advice', 'steps', 'sporadic_steps', 'heap', 'ram')}"
@@ -58,9 +44,9 @@ def _verdict(k: Kernel, body: str) -> dict:
         " torchmem_magic.last_report().timeline.by_step.column(f'{c}_bytes')) if v > 0] for c in ('heap', 'ram', 'workers')}"
     )
     k.ok(CLEAR)
-    bare = _computed(k, body, watched=False)
+    bare = computed(k, body)
     k.ok(CLEAR, store_history=False)
-    assert watched == bare, [key for key in bare if bare[key] != watched[key]]
+    assert watched == bare, differences(watched, bare)
     return report
 
 
