@@ -1,6 +1,7 @@
 # Everything runs in a local virtual environment that these targets create on first use.
 #   make lab    set up, then open the teaching notebook in JupyterLab
 #   make demo   set up, then run a leaking loop under %%memwatch in plain IPython (headless)
+#   make check  set up, then the fast tier (under a minute): lint (ruff), types (mypy, strict), the pure core's tests
 #   make test   set up, then type-check (mypy, strict) and run the whole test suite (what .ci/run calls);
 #               the kernel tests marked `floors` run again in a kernel of the floors venv, and the tests of what
 #               leans on the widget libraries, psutil and torch internals run inside it (see floors); those
@@ -48,8 +49,8 @@ FLOORS_TORCH_SPEC ?= torch==2.14.1
 FLOORS_STAMP := $(FLOORS)/.installed
 # run inside the floors venv: the live figure's widgets, the probes, the hooks on torch's internals, and torchrun
 # ranks watched from the command line (torch.distributed.elastic's launcher)
-FLOORS_TESTS ?= tests/unit/test_hooks.py tests/unit/test_missing_internals.py tests/unit/test_live.py \
-	tests/unit/test_live_ranks.py tests/unit/test_probes.py tests/cli/test_watch_ranks.py
+FLOORS_TESTS ?= tests/torch/test_hooks.py tests/torch/test_missing_internals.py tests/torch/test_live.py \
+	tests/torch/test_live_ranks.py tests/torch/test_probes.py tests/cli/test_watch_ranks.py
 # ipykernel 7.0.0 (its threads' messages look their parent up in the sending thread's context; 7.1 changed that)
 # with the newest of everything else, the main venv's torch and this checkout (editable): the kernel tests marked
 # `ipykernel70` (the live figure's updates, which thread sends them, and that they reach the client mid-run) run
@@ -68,7 +69,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders stress stress-timing stress-full device-check clean
+.PHONY: check setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders stress stress-timing stress-full device-check clean
 
 setup: $(STAMP)
 
@@ -131,7 +132,13 @@ notebooks: setup
 browser-deps:
 	tools/ensure_chromium.sh
 
+check: setup
+	$(BIN)/python -m ruff check
+	$(BIN)/python -m mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/core
+
 test: setup floors ipykernel70 core browser-deps
+	$(BIN)/python -m ruff check
 	$(BIN)/python -m mypy
 	TORCHMEM_REQUIRE_FLOORS=1 $(BIN)/python -m pytest
 	$(FLOORS)/bin/python -m pytest -p no:cacheprovider $(FLOORS_TESTS)
@@ -171,8 +178,8 @@ stress-holders: setup
 # live ranks, holder scans, scan budgets, the terminal status, the sampler's listener rate
 STRESS_TESTS ?= tests/browser tests/kernel/test_dataloader.py tests/kernel/test_verdicts.py \
 	tests/kernel/test_framework_loops.py tests/kernel/test_guard_kernel.py tests/kernel/test_ranks_live.py \
-	tests/kernel/test_widget_models.py tests/unit/test_scan.py tests/cli/test_watch_status.py \
-	tests/kernel/test_live_update_threads.py tests/unit/test_routed_updates.py tests/core/test_sampler.py
+	tests/kernel/test_widget_models.py tests/torch/test_scan.py tests/cli/test_watch_status.py \
+	tests/kernel/test_live_update_threads.py tests/torch/test_routed_updates.py tests/core/test_sampler.py
 
 stress: stress-timing stress-full
 

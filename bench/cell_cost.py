@@ -40,7 +40,7 @@ _ip.events.register("pre_run_cell", lambda info: _cell_times.append(-_t.perf_cou
 _ip.events.register("post_run_cell", lambda result: _cell_times.append(_cell_times.pop() + _t.perf_counter()))
 """
 #: what a new kernel's first watched cell meets: no scan of earlier cells to reuse
-FORGET_SCANS = "__import__('torchmem_magic.session', fromlist=['_registry'])._registry.scan_memo.clear()"
+FORGET_SCANS = "__import__('torchmem_magic.session.run', fromlist=['_registry'])._registry.scan_memo.clear()"
 CONFIGS = {"live figure (default)": "%%memwatch\npass", "-q (no output)": "%%memwatch -q\npass",
            "--no-scan": "%%memwatch --no-scan\npass"}
 FIRST_CELL = "first cell (whole-namespace scan, -q)"

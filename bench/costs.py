@@ -11,9 +11,9 @@ from typing import Any
 import torch
 
 from torchmem_magic import MemwatchSession
-from torchmem_magic.hooks import TrainingHooks
+from torchmem_magic.tracing.hooks import TrainingHooks
 from torchmem_magic.probes.heap import HeapProbe
-from torchmem_magic.options import SessionOptions
+from torchmem_magic.core.options import SessionOptions
 
 
 def _median_us(fn: Any, n: int = 2000) -> float:

@@ -204,8 +204,8 @@ def _fault_state():
     from torch.nn.modules import module as _mm
     from torch.utils.data import DataLoader
     from torch.utils.data.dataloader import _BaseDataLoaderIter
-    import torchmem_magic.hooks as _h
-    import torchmem_magic.session as _s
+    import torchmem_magic.tracing.hooks as _h
+    import torchmem_magic.session.run as _s
     patched = {
         "torch.autograd._engine_run_backward": torch.autograd.__dict__["_engine_run_backward"],
         "DataLoader.__iter__": DataLoader.__dict__["__iter__"],
@@ -250,7 +250,7 @@ def _fault_check():
     }
     for k in ("body_started", "body_done"):
         ns.pop(k, None)
-    import torchmem_magic.session as _s
+    import torchmem_magic.session.run as _s
     _s._registry.last = None  # the next cell's report must be its own
     return out
 '''
@@ -518,7 +518,7 @@ DEAD_RUN = (
     "import os, signal, time, torch\n"
     "from torchmem_magic import MemwatchSession\n"
     "from torchmem_magic.flight.recorder import FlightRecorder\n"
-    "from torchmem_magic.options import SessionOptions\n"
+    "from torchmem_magic.core.options import SessionOptions\n"
     "torch.set_num_threads(1)\n"
     "kept = []\n"
     "session = MemwatchSession(SessionOptions(5), recorder=FlightRecorder('a run whose kernel died')).start()\n"
@@ -700,10 +700,10 @@ def faults() -> list[Fault]:
         Fault("loop_interrupt", "KeyboardInterrupt during the training loop", loop_cell, expect_loop_interrupt,
               plan=_loop_interrupt_plan),
         Fault("start_interrupt", "KeyboardInterrupt during the session's start (300k dicts in the namespace)", short_cell,
-              expect_start_interrupt, setup=big_namespace + interrupt_inside("torchmem_magic.session", "MemwatchSession.start"),
+              expect_start_interrupt, setup=big_namespace + interrupt_inside("torchmem_magic.session.run", "MemwatchSession.start"),
               plan=_interrupt_inside_plan, calibrate=True, probe="_tm_sent[0]"),
         Fault("report_interrupt", "KeyboardInterrupt while the report is made (300k dicts in the namespace)",
-              short_cell, expect_report_interrupt, setup=big_namespace + interrupt_inside("torchmem_magic.magics", "MemwatchMagics._stop_and_show"),
+              short_cell, expect_report_interrupt, setup=big_namespace + interrupt_inside("torchmem_magic.frontends.magics", "MemwatchMagics._stop_and_show"),
               plan=_interrupt_inside_plan, calibrate=True, probe="_tm_sent[0]"),
         Fault("exception", "an exception raised in the loop", exception_cell, expect_error),
         Fault("worker_killed", "a DataLoader worker SIGKILLed mid-loop (num_workers=2)", worker_cell,
@@ -747,7 +747,7 @@ def faults() -> list[Fault]:
               # an interrupted load is not one IPython counts as loaded: %reload_ext loads it without a reload
               "torchmem_magic._crash_announced = False\n%reload_ext torchmem_magic\n",
               expect_load_ext_interrupt, plan=_interrupt_inside_plan, calibrate=True,
-              calibrate_trigger=DEAD_KERNEL_HEADLINE, setup=DEAD_RECORD_SETUP + interrupt_inside("torchmem_magic.magics", "display"),
+              calibrate_trigger=DEAD_KERNEL_HEADLINE, setup=DEAD_RECORD_SETUP + interrupt_inside("torchmem_magic.frontends.magics", "display"),
               before_each=DEAD_RECORD_COPY,
               probe=("{'magics': 'memwatch' in get_ipython().magics_manager.magics['cell'], 'records': len("
                      "__import__('torchmem_magic.flight.crashes', fromlist=['_']).crash_records())}")),
@@ -979,7 +979,7 @@ TWO_KERNELS_CELL = (
     "for i in range({steps}):\n"
     f"    {STEP}\n"
     "    if i == 100:\n"
-    "        _s = torchmem_magic.session.active_session()\n"
+    "        _s = torchmem_magic.session.run.active_session()\n"
     "        print('WHERE', os.getpid(), _s.recorder.path, None if _s.ranks is None else _s.ranks.address, flush=True)\n"
     "        del _s\n"
     "    time.sleep(0.004)\n"

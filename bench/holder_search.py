@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from torchmem_magic.scan.referrers import live_storages, search_back
-from torchmem_magic.scan.results import Root
-from torchmem_magic.scan.scanner import scan_roots
+from torchmem_magic.finder.scan.referrers import live_storages, search_back
+from torchmem_magic.finder.scan.results import Root
+from torchmem_magic.finder.scan.scanner import scan_roots
 
 KEPT = 150
 

@@ -18,7 +18,7 @@ import torch
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.api import _module_roots
-from torchmem_magic.leak_finder import LeakSearch
+from torchmem_magic.finder.leak_finder import LeakSearch
 
 STEPS = 400
 

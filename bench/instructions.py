@@ -126,7 +126,7 @@ def config_context(config: str, step: Callable[[], None], records: Path) -> Abst
     if config == "optimizer hook, no-op":
         return optimizer_hook_only()
     if config == "all step hooks, no-op callbacks":
-        from torchmem_magic.hooks import TrainingHooks
+        from torchmem_magic.tracing.hooks import TrainingHooks
 
         return TrainingHooks(lambda clock: None, lambda loader_pass: None)
     if config == "idle thread waking every 100 ms":
@@ -143,9 +143,9 @@ def memwatch_session(interval_ms: float, step: Callable[[], None], records: Path
     """A session as `%%memwatch -q` makes one: the leak finder on what the step holds, the flight recorder."""
     from torchmem_magic import MemwatchSession
     from torchmem_magic.flight.recorder import FlightRecorder
-    from torchmem_magic.leak_finder import LeakSearch
-    from torchmem_magic.options import SessionOptions
-    from torchmem_magic.scan.results import Root
+    from torchmem_magic.finder.leak_finder import LeakSearch
+    from torchmem_magic.core.options import SessionOptions
+    from torchmem_magic.finder.scan.results import Root
 
     search = LeakSearch(lambda: [Root("train_step", "user", "train_step", step)])
     recorder = FlightRecorder("bench", directory=records)
@@ -257,8 +257,8 @@ def nothing_due(session: Any) -> None:
     """No step sample, no scan, no request for a long while: what every other step costs."""
     sampling, tracker = session.step_counter.sampling, session.finder._tracker
     sampling.stride = sampling.next_sampled_step = 10**9
-    tracker._next_scan_s = tracker._budget_ready_s = float("inf")
-    tracker._next_scan_step = tracker._check_at_step = 10**9  # no clock reading either (a wait without end: one in 1,024 steps)
+    tracker.schedule._next_scan_s = tracker.schedule._budget_ready_s = float("inf")
+    tracker.schedule._next_scan_step = tracker.schedule._check_at_step = 10**9  # no clock reading either (a wait without end: one in 1,024 steps)
 
 
 def session_facts(context: Any) -> dict[str, Any]:
@@ -468,7 +468,7 @@ def pass_through_backward() -> AbstractContextManager[Any]:
 
 def layer_toggle(layer: str, step: Callable[[], None], records: Path) -> tuple[Callable[[], AbstractContextManager[Any]], AbstractContextManager[Any]]:
     """(what switches the layer on for one block, what the whole measurement of the layer runs in)."""
-    from torchmem_magic.hooks import TrainingHooks
+    from torchmem_magic.tracing.hooks import TrainingHooks
 
     if layer == LAYERS[0]:
         return optimizer_hook_only, nullcontext()

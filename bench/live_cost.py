@@ -25,12 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchmem_magic import live_view, resources
-from torchmem_magic.hooks import LoaderPass
-from torchmem_magic.live_view import LiveView
-from torchmem_magic.options import SessionOptions
-from torchmem_magic.report import LIVE_VERDICT_ROWS, short_verdict
-from torchmem_magic.session import MemwatchSession
+from torchmem_magic.session import live_view
+from torchmem_magic.core import resources
+from torchmem_magic.tracing.hooks import LoaderPass
+from torchmem_magic.session.live_view import LiveView
+from torchmem_magic.core.options import SessionOptions
+from torchmem_magic.report.assemble import LIVE_VERDICT_ROWS, short_verdict
+from torchmem_magic.session.run import MemwatchSession
 from torchmem_magic.widgets.live import LiveFigure
 
 MIB = float(1 << 20)

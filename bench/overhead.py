@@ -20,9 +20,9 @@ import torch
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.flight.recorder import FlightRecorder
-from torchmem_magic.scan.results import Root
-from torchmem_magic.options import SessionOptions
-from torchmem_magic.leak_finder import LeakSearch
+from torchmem_magic.finder.scan.results import Root
+from torchmem_magic.core.options import SessionOptions
+from torchmem_magic.finder.leak_finder import LeakSearch
 
 
 def make_workload(name: str) -> tuple[Callable[[], None], int]:

@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scan_speed  # noqa: E402
 
 from torchmem_magic import MemwatchSession  # noqa: E402
-from torchmem_magic.scan.memo import ScanMemo, scan_reusing  # noqa: E402
-from torchmem_magic.scan.results import Root  # noqa: E402
-from torchmem_magic.scan.scanner import scan_roots  # noqa: E402
-from torchmem_magic.leak_finder import END_SCAN_BUDGET  # noqa: E402
-from torchmem_magic.options import SessionOptions
+from torchmem_magic.finder.scan.memo import ScanMemo, scan_reusing  # noqa: E402
+from torchmem_magic.finder.scan.results import Root  # noqa: E402
+from torchmem_magic.finder.scan.scanner import scan_roots  # noqa: E402
+from torchmem_magic.finder.leak_finder import END_SCAN_BUDGET  # noqa: E402
+from torchmem_magic.core.options import SessionOptions
 
 PACKAGE = __import__("torchmem_magic").__path__[0]
 

@@ -36,8 +36,8 @@ import torch.multiprocessing as mp
 import torchmem_magic
 from torchmem_magic.ranks import transport
 from torchmem_magic.ranks.protocol import MAX_EVENTS_PER_MESSAGE, decode, encode
-from torchmem_magic.options import DEFAULT_INTERVAL_MS
-from torchmem_magic.timeline import COLUMNS
+from torchmem_magic.core.options import DEFAULT_INTERVAL_MS
+from torchmem_magic.core.timeline import COLUMNS
 
 DENSE_START_STEPS = 64  # sampled densely by every rank's session: a one-off, not timed
 TIMED_STEPS = 800

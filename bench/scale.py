@@ -41,26 +41,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import live_cost  # noqa: E402
 import own_memory  # noqa: E402
 
-from torchmem_magic import resources  # noqa: E402
+from torchmem_magic.core import resources
 from torchmem_magic.agent.rank import STREAM_PERIOD_S, RankAgent  # noqa: E402
 from torchmem_magic.api import _module_roots  # noqa: E402
-from torchmem_magic.leak_finder import END_SCAN_BUDGET, START_SCAN_BUDGET, LeakFinder, LeakSearch  # noqa: E402
-from torchmem_magic.holder_tracking import mid_run_budget  # noqa: E402
-from torchmem_magic.live_view import LiveView  # noqa: E402
-from torchmem_magic.merge import with_ranks  # noqa: E402
-from torchmem_magic.model import Clock  # noqa: E402
+from torchmem_magic.finder.leak_finder import END_SCAN_BUDGET, START_SCAN_BUDGET, LeakFinder, LeakSearch  # noqa: E402
+from torchmem_magic.finder.holder_tracking import mid_run_budget  # noqa: E402
+from torchmem_magic.session.live_view import LiveView  # noqa: E402
+from torchmem_magic.report.merge import with_ranks  # noqa: E402
+from torchmem_magic.core.model import Clock  # noqa: E402
 from torchmem_magic.probes import process as process_probe  # noqa: E402
-from torchmem_magic.options import DEFAULT_INTERVAL_MS, SessionOptions  # noqa: E402
+from torchmem_magic.core.options import DEFAULT_INTERVAL_MS, SessionOptions  # noqa: E402
 from torchmem_magic.ranks.feed import RankFeed, RankFeeds, apply_message, rank_numbers  # noqa: E402
 from torchmem_magic.ranks.live import MAX_REJUDGED_PER_CALL, LiveRanks, worst_live  # noqa: E402
 from torchmem_magic.ranks.protocol import evidence_fields, events_message, row_values  # noqa: E402
 from torchmem_magic.ranks.settings import RankSettings  # noqa: E402
-from torchmem_magic.scan.memo import ScanMemo, scan_reusing  # noqa: E402
-from torchmem_magic.scan.plain_lists import PlainListMemo  # noqa: E402
-from torchmem_magic.scan.results import Root, RootStats  # noqa: E402
-from torchmem_magic.scan.scanner import scan_roots  # noqa: E402
-from torchmem_magic.session import MemwatchSession  # noqa: E402
-from torchmem_magic.suspects import suspects_from_scan  # noqa: E402
+from torchmem_magic.finder.scan.memo import ScanMemo, scan_reusing  # noqa: E402
+from torchmem_magic.finder.scan.plain_lists import PlainListMemo  # noqa: E402
+from torchmem_magic.finder.scan.results import Root, RootStats  # noqa: E402
+from torchmem_magic.finder.scan.scanner import scan_roots  # noqa: E402
+from torchmem_magic.session.run import MemwatchSession  # noqa: E402
+from torchmem_magic.finder.suspects import suspects_from_scan  # noqa: E402
 from torchmem_magic.widgets.live import LiveFigure  # noqa: E402
 from torchmem_magic.widgets.rank_curves import rank_curves  # noqa: E402
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from torchmem_magic.scan.results import Budget, Root
-from torchmem_magic.scan.scanner import scan_roots
-from torchmem_magic.suspects import suspects_from_scan
+from torchmem_magic.finder.scan.results import Budget, Root
+from torchmem_magic.finder.scan.scanner import scan_roots
+from torchmem_magic.finder.suspects import suspects_from_scan
 
 
 def build_namespace() -> dict[str, Any]:

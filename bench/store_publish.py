@@ -18,11 +18,11 @@ import torch
 from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported from torch._C at run time
 
 from torchmem_magic.agent.publish import StorePublishing
-from torchmem_magic.live_view import LiveView
-from torchmem_magic.options import SessionOptions
+from torchmem_magic.session.live_view import LiveView
+from torchmem_magic.core.options import SessionOptions
 from torchmem_magic.ranks.job import JobStore
-from torchmem_magic.results import Report
-from torchmem_magic.session import MemwatchSession
+from torchmem_magic.render.results import Report
+from torchmem_magic.session.run import MemwatchSession
 
 
 class Publishing:

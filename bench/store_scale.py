@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from store_publish import Publishing, train_leaking  # noqa: E402
 from torchmem_magic.agent.publish import StorePublishing  # noqa: E402
-from torchmem_magic.model import RankSummary  # noqa: E402
+from torchmem_magic.core.model import RankSummary  # noqa: E402
 from torchmem_magic.ranks.job import JobStore, decode_summary, encode_summary  # noqa: E402
 from torchmem_magic.ranks.remote import RemoteRanks  # noqa: E402
 from torchmem_magic.ranks.store_client import StoreClient  # noqa: E402

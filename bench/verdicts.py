@@ -3,7 +3,7 @@
 Seed rule A: warn when RSS grew more than 100 MB since the previous step.
 Seed rule B: a snapshot every 50 steps; warn when the mean of the last 5 is 15% above the first 5
 (so it can say nothing before 10 snapshots = 500 steps).
-Ours: torchmem_magic.verdict.decide on the step-aligned series (plus the leak finder's evidence for
+Ours: torchmem_magic.analysis.verdict.decide on the step-aligned series (plus the leak finder's evidence for
 the real loops, as %%memwatch uses it).
 """
 
@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from leaky_loops import CLEAN, LEAKS, SETUP  # noqa: E402
 
 from torchmem_magic import MemwatchSession  # noqa: E402
-from torchmem_magic.verdict import MIB, Series, decide  # noqa: E402
-from torchmem_magic.scan.results import Root  # noqa: E402
-from torchmem_magic.options import SessionOptions
-from torchmem_magic.leak_finder import LeakSearch
+from torchmem_magic.analysis.verdict import MIB, Series, decide  # noqa: E402
+from torchmem_magic.finder.scan.results import Root  # noqa: E402
+from torchmem_magic.core.options import SessionOptions
+from torchmem_magic.finder.leak_finder import LeakSearch
 
 
 def rule_a(ram: list[float]) -> str:

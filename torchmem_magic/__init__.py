@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads on first use
-    from .actions import (
+    from .session.actions import (
         collect_garbage,
         release_last_exception,
         release_notebook_caches,
@@ -21,37 +21,37 @@ if TYPE_CHECKING:  # for type checkers and readers; at run time each name loads 
         sharing_info,
     )
     from .api import memwatch
-    from .check import memcheck
-    from .gate import LeakError, assert_no_leak
-    from .guard import MemoryGuardError
-    from .results import MemcheckResult, Report
+    from .finder.check import memcheck
+    from .frontends.gate import LeakError, assert_no_leak
+    from .tracing.guard import MemoryGuardError
+    from .render.results import MemcheckResult, Report
     from .flight.crashes import clear_crashes, last_crash
-    from .saved import load_report
-    from .options import SessionOptions
-    from .session import MemwatchSession, last_report
+    from .report.saved import load_report
+    from .core.options import SessionOptions
+    from .session.run import MemwatchSession, last_report
 
 #: public name -> the module that defines it
 _HOMES = {
-    "collect_garbage": "actions",
-    "release_last_exception": "actions",
-    "release_notebook_caches": "actions",
-    "release_output_cache": "actions",
-    "return_heap_to_os": "actions",
-    "set_sharing_strategy": "actions",
-    "sharing_info": "actions",
+    "collect_garbage": "session.actions",
+    "release_last_exception": "session.actions",
+    "release_notebook_caches": "session.actions",
+    "release_output_cache": "session.actions",
+    "return_heap_to_os": "session.actions",
+    "set_sharing_strategy": "session.actions",
+    "sharing_info": "session.actions",
     "memwatch": "api",
-    "memcheck": "check",
-    "LeakError": "gate",
-    "assert_no_leak": "gate",
-    "MemoryGuardError": "guard",
-    "MemcheckResult": "results",
-    "Report": "results",
-    "load_report": "saved",
+    "memcheck": "finder.check",
+    "LeakError": "frontends.gate",
+    "assert_no_leak": "frontends.gate",
+    "MemoryGuardError": "tracing.guard",
+    "MemcheckResult": "render.results",
+    "Report": "render.results",
+    "load_report": "report.saved",
     "clear_crashes": "flight.crashes",
     "last_crash": "flight.crashes",
-    "MemwatchSession": "session",
-    "SessionOptions": "options",
-    "last_report": "session",
+    "MemwatchSession": "session.run",
+    "SessionOptions": "core.options",
+    "last_report": "session.run",
 }
 
 __all__ = [
@@ -91,7 +91,7 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in _NEEDS_TORCH:
-        from .needs import torch_installed, torch_missing
+        from .core.needs import torch_installed, torch_missing
 
         if not torch_installed():  # a stand-in that says so when called (not kept: torch may come later)
             return torch_missing(name)
@@ -106,14 +106,14 @@ _crash_announced = False
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext torchmem_magic`: register the magics (loading twice is harmless). Without torch
     installed: one line saying so, and no magics."""
-    from .needs import INSTALL_TORCH, torch_installed
+    from .core.needs import INSTALL_TORCH, torch_installed
 
     if not torch_installed():
         import sys
 
         print(f"{INSTALL_TORCH}, then %reload_ext torchmem_magic", file=sys.stderr)
         return
-    from .magics import MemwatchMagics, show_last_crash
+    from .frontends.magics import MemwatchMagics, show_last_crash
 
     ipython.register_magics(MemwatchMagics)
     global _crash_announced
@@ -121,7 +121,7 @@ def load_ipython_extension(ipython: Any) -> None:
         _crash_announced = True
         import sys
 
-        from .late_interrupts import drop_late_interrupts
+        from .frontends.late_interrupts import drop_late_interrupts
 
         try:
             show_last_crash(announce=True)
@@ -137,7 +137,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def unload_ipython_extension(ipython: Any) -> None:
     """`%unload_ext torchmem_magic`: stop a running session and remove the magics."""
-    from .session import active_session
+    from .session.run import active_session
 
     session = active_session()
     if session is not None:

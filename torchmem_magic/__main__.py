@@ -17,7 +17,7 @@ USAGE_ERROR = 2
 
 
 def _interval_ms(text: str) -> float:
-    from .options import MAX_INTERVAL_MS, MIN_INTERVAL_MS
+    from .core.options import MAX_INTERVAL_MS, MIN_INTERVAL_MS
 
     try:
         value = float(text)
@@ -45,7 +45,7 @@ def _status_period_s(text: str) -> float:
 
 
 def _guard_share(text: str) -> float:
-    from .options import parse_guard
+    from .core.options import parse_guard
 
     try:
         return parse_guard(text)
@@ -54,7 +54,7 @@ def _guard_share(text: str) -> float:
 
 
 def _metrics_address(text: str) -> tuple[str, int]:
-    from .watch_metrics import parse_address
+    from .frontends.watch_metrics import parse_address
 
     try:
         return parse_address(text)
@@ -64,6 +64,8 @@ def _metrics_address(text: str) -> tuple[str, int]:
 
 def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """(the command line's parser, its `watch` subcommand's)."""
+    from .core.options import DEFAULT_INTERVAL_MS
+
     main = argparse.ArgumentParser(
         prog="python -m torchmem_magic", description="Watch the memory of a PyTorch training run, every rank of it."
     )
@@ -73,8 +75,8 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S]\n"
               "                                [--guard PCT] [--prometheus [ADDR:]PORT] -- COMMAND ...",
     )
-    watch.add_argument("--interval", type=_interval_ms, default=100.0, metavar="MS",
-                       help="sampling period in milliseconds, 1-10000 (default 100)")
+    watch.add_argument("--interval", type=_interval_ms, default=DEFAULT_INTERVAL_MS, metavar="MS",
+                       help=f"sampling period in milliseconds, 1-10000 (default {DEFAULT_INTERVAL_MS:g})")
     watch.add_argument("--save", type=_save_path, metavar="PATH", help="also write the report to PATH (.json or .html)")
     watch.add_argument("--no-scan", action="store_true", help="no leak finder in the ranks (curves only)")
     watch.add_argument("--status-every", type=_status_period_s, default=None, metavar="S",
@@ -112,8 +114,8 @@ def _percent(text: str) -> float:
 
 
 def _compare(base: str, new: str, tolerance_pct: float, peak_tolerance_pct: float | None) -> int:
-    from .compare import compare, comparison_text
-    from .saved import load_report
+    from .report.compare import compare, comparison_text
+    from .report.saved import load_report
 
     reports = []
     for path in (base, new):
@@ -129,7 +131,7 @@ def _compare(base: str, new: str, tolerance_pct: float, peak_tolerance_pct: floa
 
 
 def _show(paths: Sequence[str]) -> int:
-    from .saved import load_report, merge_reports
+    from .report.saved import load_report, merge_reports
 
     reports = []
     for path in paths:
@@ -150,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _show(arguments.paths)
     if arguments.action == "compare":
         return _compare(arguments.base, arguments.new, arguments.tolerance, arguments.peak_tolerance)
-    from .command import WatchOptions, command_of, run_watched
+    from .frontends.command import WatchOptions, command_of, run_watched
 
     command = command_of(arguments.command)
     if not command:

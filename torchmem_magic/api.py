@@ -8,11 +8,11 @@ from types import CodeType, FrameType
 from typing import Any
 
 from .agent.rank import adopt_forked
-from .leak_finder import LeakSearch
-from .options import DEFAULT_INTERVAL_MS, SessionOptions
-from .scan.results import Root
-from .session import MemwatchSession
-from .stack_roots import StackRoots, StackSources
+from .finder.leak_finder import LeakSearch
+from .core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
+from .finder.scan.results import Root
+from .session.run import MemwatchSession
+from .finder.stack_roots import StackRoots, StackSources
 
 
 
@@ -29,7 +29,7 @@ def watch_from(
     interval_ms: float = DEFAULT_INTERVAL_MS,
     device: str | int | None = None,
     quiet: bool = False,
-    shm_path: str = "/dev/shm",
+    shm_path: str = DEFAULT_SHM_PATH,
     scan: bool = True,
     guard: float | str | None = None,
 ) -> MemwatchSession:
@@ -46,7 +46,7 @@ def watch_from(
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython is not None else None
         if shell is not None and namespace is shell.user_ns:
-            from .notebook import notebook_roots, recent_sources
+            from .finder.notebook import notebook_roots, recent_sources
 
             search = LeakSearch(StackRoots(functools.partial(notebook_roots, shell)), recent_sources(shell))
         else:
@@ -68,7 +68,7 @@ def memwatch(
     *,
     device: str | int | None = None,
     quiet: bool = False,
-    shm_path: str = "/dev/shm",
+    shm_path: str = DEFAULT_SHM_PATH,
     scan: bool = True,
     guard: float | str | None = None,
 ) -> MemwatchSession:

@@ -35,7 +35,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     if marker.args:
         pytest.fail(f"@pytest.mark.{MARKER} takes keyword options only (interval_ms=..., fail_on=...), got "
                     f"{marker.args!r}", pytrace=False)
-    from .gate import LeakError, LeakGate
+    from .frontends.gate import LeakError, LeakGate
 
     # the test module's globals; its source is where the holder's fix line is found. The report is
     # printed, so a failing test's captured output shows it whole.

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from watching import SCRIPTS, environment, free_port, torchrun
 
-from torchmem_magic.live_view import FanOut
+from torchmem_magic.session.live_view import FanOut
 from torchmem_magic.ranks.live import RankLive
-from torchmem_magic.watch_metrics import MetricsEndpoint, RankBoard, parse_address
+from torchmem_magic.frontends.watch_metrics import MetricsEndpoint, RankBoard, parse_address
 
 DDP = str(SCRIPTS / "ddp_leak.py")
 

@@ -6,12 +6,10 @@ test_watch_nodes.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from watching import SCRIPTS, environment, free_port, leftovers, load, run, torchrun, watch_command
+from watching import SCRIPTS, leftovers, load, run, torchrun, watch_command
 
 DDP = str(SCRIPTS / "ddp_leak.py")
 TOLERANCE = 0.20

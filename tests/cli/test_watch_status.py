@@ -25,9 +25,9 @@ import pyte
 import pytest
 from watching import SCRIPTS, environment, torchrun
 
-from torchmem_magic.model import LiveStatus
+from torchmem_magic.core.model import LiveStatus
 from torchmem_magic.ranks.live import RankLive
-from torchmem_magic.watch_status import TerminalStatus, rank_line, status_lines
+from torchmem_magic.frontends.watch_status import TerminalStatus, rank_line, status_lines
 
 DDP = str(SCRIPTS / "ddp_leak.py")
 COLUMNS, ROWS = 120, 30

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from torchmem_magic.compare import compare, comparison_text
-from torchmem_magic.model import RamSummary, RankSummary, ReportData, Suspect
+from torchmem_magic.report.compare import compare, comparison_text
+from torchmem_magic.core.model import RamSummary, RankSummary, ReportData, Suspect
 
 MIB, KIB = 2**20, 2**10
 

@@ -1,8 +1,8 @@
 """Fix lines written from the user's own code (pure AST work) and suspect classification."""
 
-from torchmem_magic.fixes import fix_accumulate, fix_append, fix_carry_over, function_sources
-from torchmem_magic.scan.results import RootStats
-from torchmem_magic.suspects import classify, container_path
+from torchmem_magic.analysis.fixes import fix_accumulate, fix_append, fix_carry_over, function_sources
+from torchmem_magic.finder.scan.results import RootStats
+from torchmem_magic.finder.suspects import classify, container_path
 
 CELL = """\
 %%memwatch --interval 50
@@ -69,7 +69,7 @@ def test_classification() -> None:
 
 
 def test_tensor_cache_fix_does_not_suggest_detach() -> None:
-    from torchmem_magic.suspects import fix_for
+    from torchmem_magic.finder.suspects import fix_for
 
     stats = _stats(tensors=10, tensor_bytes=8 << 20)
     stats.first_tensor_path = "x[0]"

@@ -1,4 +1,4 @@
-from torchmem_magic.forensics import (
+from torchmem_magic.analysis.forensics import (
     WorkerDeath,
     explain_worker_death,
     parse_worker_death,
@@ -30,7 +30,7 @@ def test_neither_says_so() -> None:
 
 
 def test_shm_warning_before_it_fills() -> None:
-    from torchmem_magic.forensics import shm_warning
+    from torchmem_magic.analysis.forensics import shm_warning
 
     assert shm_warning(10 << 20, 64 << 20) is None
     text = shm_warning(58 << 20, 64 << 20)

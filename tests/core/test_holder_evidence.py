@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from torchmem_magic.holders import fuse, holder_trend, without_flat
-from torchmem_magic.model import Suspect
-from torchmem_magic.verdict import Diagnosis, ResourceFinding
+from torchmem_magic.analysis.holders import fuse, holder_trend, without_flat
+from torchmem_magic.core.model import Suspect
+from torchmem_magic.analysis.verdict import Diagnosis, ResourceFinding
 
 KIB, MIB = 1 << 10, 1 << 20
 FILL = 128 * KIB  # a window of detached tensors: one 128 KiB tensor a step, cleared every CYCLE steps

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from test_saved import _holder, _rank, _report
 
-from torchmem_magic.merge import rank_lines
+from torchmem_magic.report.merge import rank_lines
 from torchmem_magic.ranks.job import (
     MAX_SERIES_POINTS,
     MAX_SUSPECTS,
@@ -24,7 +24,7 @@ from torchmem_magic.ranks.job import (
     job_of,
     remote_status,
 )
-from torchmem_magic.saved import merge_reports
+from torchmem_magic.report.saved import merge_reports
 
 TORCHRUN = {
     "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "2",

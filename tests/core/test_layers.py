@@ -1,6 +1,8 @@
-"""The layers, read from the imports: no import circle anywhere (type-checking imports included),
-and the pure modules (data, analysis, report assembly, text forms) import only each other and the
-standard library, so each one loads alone with no torch, IPython, psutil or widgets."""
+"""The layers, read from the imports and the folders: each folder of the package is a floor (the public
+modules at its top stand with the front ends), a module imports only its own floor and the floors below it,
+no import circle anywhere (type-checking imports included), and the pure floors (the data model, analysis,
+renderers, report assembly) import only each other and the standard library, so each of their modules
+loads alone with no torch, IPython, psutil or widgets."""
 
 from __future__ import annotations
 
@@ -15,27 +17,25 @@ import torchmem_magic
 
 PACKAGE = Path(torchmem_magic.__file__).parent
 
-#: the layers from the bottom up; a module imports only modules of its own layer or of one below
-#: (a package's `__init__` stands with its modules; a name ending in "." is every module under it)
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("data", ("units", "needs", "model", "options", "resources", "step_sampling", "step_requests", "fixes")),
-    ("analysis", ("timeline", "slopes", "verdict", "holders", "forensics", "scan", "scan.", "notebook", "flight.place", "live_route", "tracebacks")),
-    ("forms", ("render", "render.")),
-    ("results", ("results",)),
-    ("assembly", ("suspects", "merge", "report", "saved", "check", "compare", "ranks.protocol", "ranks.job")),
-    ("gathering", (
-        "probes", "probes.", "hooks", "grad_mode", "sampler", "stack_roots", "holder_tracking", "guard", "actions",
-        "ranks", "ranks.transport", "ranks.relay", "ranks.feed", "ranks.live", "ranks.settings", "flight",
-        "ranks.store_client", "ranks.publisher", "ranks.remote", "ranks.launch_env",
-        "flight.recorder", "flight.crashes",
-    )),
-    ("session", ("steps", "leak_finder", "lifecycle", "live_view", "session")),
-    ("widgets", ("widgets", "widgets.")),
-    ("front ends", ("api", "gate", "magics", "late_interrupts", "late_worker_deaths", "command", "watch_status", "watch_metrics", "pytest_plugin", "agent", "agent.", "__main__", "")),
+#: the floors from the bottom up, each the folders on it ("": the modules at the package's top)
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the data model", ("core",)),
+    ("analysis", ("analysis",)),
+    ("renderers", ("render",)),
+    ("report assembly", ("report",)),
+    ("leak finder", ("finder",)),
+    ("probes", ("probes",)),
+    ("tracing", ("tracing",)),
+    ("ranks", ("ranks",)),
+    ("flight record", ("flight",)),
+    ("session", ("session",)),
+    ("widgets", ("widgets",)),
+    ("front ends", ("frontends", "agent", "")),
 )
-#: the bottom of the stack, up to the report's assembly and the ranks' wire format: decides and formats,
-#: never measures, and imports nothing but the standard library
-PURE_LAYERS = ("data", "analysis", "forms", "results", "assembly")
+#: decide and format, never measure: the standard library only
+PURE_FLOORS = ("the data model", "analysis", "renderers", "report assembly")
+#: the public surface at the package's top, and little else
+MAX_TOP_LEVEL_MODULES = 12
 HEAVY = ("torch", "IPython", "psutil", "ipywidgets", "bqplot", "numpy")
 
 
@@ -78,33 +78,35 @@ def _imports(name: str, path: Path) -> tuple[set[str], set[str]]:
     return inside, outside
 
 
+def folder_of(name: str) -> str:
+    """The package folder a module lies in ("" for the modules at the top and the package itself)."""
+    first = name.split(".")[0]
+    return first if name and (PACKAGE / first).is_dir() else ""
+
+
 def layer_of(name: str) -> int:
-    """The index in LAYERS of the layer that holds `name` (the longest matching entry wins)."""
-    best, best_len = -1, -1
-    for index, (_, members) in enumerate(LAYERS):
-        for member in members:
-            matches = name == member or (member.endswith(".") and name.startswith(member))
-            if matches and len(member) > best_len:
-                best, best_len = index, len(member)
-    return best
+    """The index in FLOORS of the floor that holds `name`."""
+    return next(index for index, (_, folders) in enumerate(FLOORS) if folder_of(name) in folders)
 
 
-PURE = tuple(
-    name for name in _modules() if layer_of(name) >= 0 and LAYERS[layer_of(name)][0] in PURE_LAYERS
-)
+PURE = tuple(name for name in _modules() if FLOORS[layer_of(name)][0] in PURE_FLOORS)
 
 
-def test_every_module_has_one_layer() -> None:
-    assert [name for name in _modules() if layer_of(name) < 0] == []
+def test_every_folder_is_on_one_floor() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    placed = [folder for _, on_floor in FLOORS for folder in on_floor if folder]
+    assert sorted(placed) == sorted(folders)
 
 
-def test_every_layer_entry_names_modules() -> None:
-    modules = set(_modules())
-    stale = [
-        member for _, members in LAYERS for member in members
-        if not (member in modules or (member.endswith(".") and any(m.startswith(member) for m in modules)))
-    ]
-    assert stale == []
+def test_the_top_level_is_the_public_surface() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_each_folder_says_what_lives_there() -> None:
+    """Each folder's `__init__` docstring names what it holds (and the floors say what it may import)."""
+    silent = [p.parent.name for p in PACKAGE.glob("*/__init__.py") if not ast.get_docstring(ast.parse(p.read_text()))]
+    assert silent == []
 
 
 def test_imports_point_down_the_layers() -> None:
@@ -114,7 +116,7 @@ def test_imports_point_down_the_layers() -> None:
         for target in sorted(_imports(name, path)[0]):
             if layer_of(target) > layer_of(name):
                 upward.append(
-                    f"{name or '__init__'} ({LAYERS[layer_of(name)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"
+                    f"{name or '__init__'} ({FLOORS[layer_of(name)][0]}) -> {target} ({FLOORS[layer_of(target)][0]})"
                 )
     assert upward == []
 

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from torchmem_magic.live_route import ROUTE_VARIABLE, live_route, route_for_kernel
+from torchmem_magic.widgets.live_route import ROUTE_VARIABLE, live_route, route_for_kernel
 
 
 @pytest.mark.parametrize("version", ["6.5.1", "6.29.5", "7.0.0", "7.0.1", "7.1.0", "7.4.0"])

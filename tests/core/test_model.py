@@ -4,7 +4,7 @@ What the reports print and display is pinned by test_render_golden.py."""
 
 import json
 
-from torchmem_magic.model import (
+from torchmem_magic.core.model import (
     DeviceMemory,
     HeapSummary,
     RamSummary,
@@ -14,7 +14,7 @@ from torchmem_magic.model import (
     VramSummary,
     WorkerSummary,
 )
-from torchmem_magic.results import MemcheckResult, Report
+from torchmem_magic.render.results import MemcheckResult, Report
 
 
 def full_report() -> Report:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from torchmem_magic.options import SessionOptions
+from torchmem_magic.core.options import SessionOptions
 
 
 def test_options_are_frozen_and_keep_the_guard_as_a_share() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from torchmem_magic.model import (
+from torchmem_magic.core.model import (
     DeviceMemory,
     HeapSummary,
     LiveStatus,
@@ -33,7 +33,7 @@ from torchmem_magic.model import (
     WorkerSummary,
 )
 from torchmem_magic.render.text import status_line
-from torchmem_magic.results import MemcheckResult, Report
+from torchmem_magic.render.results import MemcheckResult, Report
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TORCHMEM_UPDATE_GOLDEN") == "1"

@@ -7,10 +7,10 @@ import signal
 
 import pytest
 
-from torchmem_magic.forensics import WorkerExit
-from torchmem_magic.model import DeviceMemory, SourceErrors, Suspect
+from torchmem_magic.analysis.forensics import WorkerExit
+from torchmem_magic.core.model import DeviceMemory, SourceErrors, Suspect
 from torchmem_magic.render.text import status_line
-from torchmem_magic.report import (
+from torchmem_magic.report.assemble import (
     RunEvidence,
     ShmEvidence,
     WorkerEvidence,
@@ -19,7 +19,7 @@ from torchmem_magic.report import (
     live_status,
     vram_headroom_bytes,
 )
-from torchmem_magic.timeline import Timeline
+from torchmem_magic.core.timeline import Timeline
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -144,7 +144,7 @@ def test_the_status_line_quotes_the_live_verdict_and_its_rates() -> None:
 
 
 def test_epochs_are_the_passes_of_the_loader_that_carries_the_steps() -> None:
-    from torchmem_magic.report import epoch_starts, training_loader
+    from torchmem_magic.report.assemble import epoch_starts, training_loader
 
     tl = Timeline()
     for epoch in range(3):  # loader 1 (train) carries 8 steps a pass; loader 2 (validation) none

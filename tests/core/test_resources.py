@@ -8,12 +8,12 @@ import subprocess
 import sys
 import textwrap
 
-from torchmem_magic import resources
+from torchmem_magic.core import resources
 from torchmem_magic.ranks.protocol import row_of, row_values
 from torchmem_magic.render.static import CURVES
-from torchmem_magic.report import RATE_COLUMNS
-from torchmem_magic.timeline import COLUMNS
-from torchmem_magic.verdict import RESOURCE_ORDER
+from torchmem_magic.report.assemble import RATE_COLUMNS
+from torchmem_magic.core.timeline import COLUMNS
+from torchmem_magic.analysis.verdict import RESOURCE_ORDER
 
 #: the rank wire format's and the flight record's values, in order: records written before stay readable
 PUBLISHED_COLUMNS = (
@@ -44,7 +44,7 @@ def test_the_readers_take_their_resources_from_the_table() -> None:
 #: run in a fresh interpreter: a row appended to the table before any reader is imported
 XPU_ROW = """
     import dataclasses, json, math
-    from torchmem_magic import resources
+    from torchmem_magic.core import resources
     xpu = resources.Resource("xpu", "xpu_allocated_bytes", "XPU allocated", "XPU", "device", leak_rank=9,
                              limit="device", colour="#17becf")
     resources.RESOURCES = (*resources.RESOURCES, xpu)
@@ -60,11 +60,11 @@ def _run(code: str) -> dict[str, object]:
 
 def test_a_new_row_reaches_the_columns_the_wire_the_detector_and_the_figure() -> None:
     result = _run("""
-        from torchmem_magic.timeline import COLUMNS, Timeline
+        from torchmem_magic.core.timeline import COLUMNS, Timeline
         from torchmem_magic.ranks.protocol import row_of, row_values
         from torchmem_magic.render.static import CURVES
-        from torchmem_magic.report import RATE_COLUMNS, diagnose
-        from torchmem_magic.verdict import RESOURCE_ORDER
+        from torchmem_magic.report.assemble import RATE_COLUMNS, diagnose
+        from torchmem_magic.analysis.verdict import RESOURCE_ORDER
         timeline = Timeline()
         for step in range(40):
             row = {"t_s": step * 0.1, "step": float(step), "ram_bytes": 1e9, "xpu_allocated_bytes": 1e6 + step * 4e6}

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from torchmem_magic.sampler import Sampler
-from torchmem_magic.timeline import DecimatingSeries
+from torchmem_magic.tracing.sampler import Sampler
+from torchmem_magic.core.timeline import DecimatingSeries
 
 
 def _run_until(samples_wanted: int, on_tick_cpu_s: float, share: float | None = 0.004) -> tuple[int, int, float]:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import torchmem_magic
-from torchmem_magic.model import HeapSummary, RamSummary, RankSummary, SourceErrors, Suspect, WorkerSummary
-from torchmem_magic.results import Report
-from torchmem_magic.saved import load_report, merge_reports, report_from_dict, save_report
+from torchmem_magic.core.model import HeapSummary, RamSummary, RankSummary, SourceErrors, Suspect, WorkerSummary
+from torchmem_magic.render.results import Report
+from torchmem_magic.report.saved import merge_reports, report_from_dict, save_report
 
 MIB = 1 << 20
 

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from torchmem_magic.slopes import robust_slope
+from torchmem_magic.core.slopes import robust_slope
 
 
 def test_exact_line() -> None:

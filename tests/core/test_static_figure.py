@@ -12,11 +12,11 @@ import pytest
 from test_render_golden import full_memcheck, full_report, minimal_report
 from test_saved import _rank
 
-from torchmem_magic.model import STEP_CLOCKS
+from torchmem_magic.core.model import STEP_CLOCKS
 from torchmem_magic.render.static import MAX_POINTS, bucket_max, embedded_figure, figure_svg, nice_ticks, sparkline_lines
 from torchmem_magic.render.text import report_html, sparkline
-from torchmem_magic.results import Report
-from torchmem_magic.timeline import Timeline
+from torchmem_magic.render.results import Report
+from torchmem_magic.core.timeline import Timeline
 
 MIB = 1 << 20
 SVG = "{http://www.w3.org/2000/svg}"
@@ -162,7 +162,7 @@ def test_a_steady_leak_climbs_evenly_in_the_reports_sparkline() -> None:
     import dataclasses
 
     from torchmem_magic.render.static import sparkline_lines
-    from torchmem_magic.timeline import Timeline
+    from torchmem_magic.core.timeline import Timeline
 
     timeline = Timeline()
     for step in [*range(1, 65), *range(100, 3001, 100)]:  # dense first steps, then a sample every 100

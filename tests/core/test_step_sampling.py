@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchmem_magic.step_sampling import StepSamplingPolicy
+from torchmem_magic.core.step_sampling import StepSamplingPolicy
 
 
 def run(policy: StepSamplingPolicy, steps: int, step_s: float, cost_s: float) -> list[int]:

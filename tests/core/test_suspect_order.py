@@ -8,12 +8,12 @@ from dataclasses import replace
 
 from test_report import MIB, evidence, timeline
 
-from torchmem_magic.merge import with_ranks
-from torchmem_magic.model import MemcheckData, RamSummary, RankSummary, ReportData, Suspect, by_retained
-from torchmem_magic.report import assemble_report
-from torchmem_magic.saved import report_from_dict
-from torchmem_magic.scan.results import RootStats
-from torchmem_magic.suspects import suspects_from_stats
+from torchmem_magic.report.merge import with_ranks
+from torchmem_magic.core.model import MemcheckData, RamSummary, RankSummary, ReportData, Suspect, by_retained
+from torchmem_magic.report.assemble import assemble_report
+from torchmem_magic.report.saved import report_from_dict
+from torchmem_magic.finder.scan.results import RootStats
+from torchmem_magic.finder.suspects import suspects_from_stats
 
 RAM = RamSummary(1 << 30, 1 << 30, 1 << 30, None, 64 << 30, "system")
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from torchmem_magic.timeline import (
+from torchmem_magic.core.timeline import (
     COLUMNS,
     NAN,
     DecimatingSeries,

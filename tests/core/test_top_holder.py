@@ -4,7 +4,7 @@ verdict line) all follow it."""
 
 from __future__ import annotations
 
-from torchmem_magic.holders import (
+from torchmem_magic.analysis.holders import (
     HolderTrend,
     grows,
     largest_holder,
@@ -12,8 +12,8 @@ from torchmem_magic.holders import (
     top_holder,
     top_trend,
 )
-from torchmem_magic.merge import rank_line
-from torchmem_magic.model import RamSummary, RankSummary, ReportData, Suspect
+from torchmem_magic.report.merge import rank_line
+from torchmem_magic.core.model import RamSummary, RankSummary, ReportData, Suspect
 from torchmem_magic.render.static import verdict_line
 from torchmem_magic.render.text import ranks_text
 

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from torchmem_magic.units import format_bytes
-from torchmem_magic.slopes import warmup_length
-from torchmem_magic.verdict import MIB, Series, analyse, decide
+from torchmem_magic.core.units import format_bytes
+from torchmem_magic.core.slopes import warmup_length
+from torchmem_magic.analysis.verdict import MIB, Series, analyse, decide
 
 BASE = 600 * MIB
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import torchmem_magic
-from torchmem_magic import needs
+from torchmem_magic.core import needs
 
 REAL = not needs.torch_installed()  # the core venvs
 MESSAGE = "torchmem_magic needs PyTorch: install your build first"
@@ -65,7 +65,7 @@ def test_a_script_without_torch_ends_with_the_one_line(tmp_path: Path) -> None:
     )
     assert run.returncode == 1
     last = run.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"torchmem_magic.needs.TorchMissingError: {MESSAGE}"), run.stderr
+    assert last.startswith(f"torchmem_magic.core.needs.TorchMissingError: {MESSAGE}"), run.stderr
     assert "ModuleNotFoundError" not in run.stderr and "psutil" not in run.stderr
 
 

@@ -13,10 +13,10 @@ from gate_loops import STEPS, make_model, metric, train_keeping_graphs, train_re
 
 import torchmem_magic
 from torchmem_magic import LeakError, assert_no_leak, memwatch
-from torchmem_magic.gate import LeakGate, leak_message
-from torchmem_magic.hooks import installed_hook_count
-from torchmem_magic.sampler import THREAD_NAME
-from torchmem_magic.session import active_session
+from torchmem_magic.frontends.gate import LeakGate, leak_message
+from torchmem_magic.tracing.hooks import installed_hook_count
+from torchmem_magic.tracing.sampler import THREAD_NAME
+from torchmem_magic.session.run import active_session
 
 
 def _nothing_left_behind() -> None:
@@ -193,7 +193,7 @@ def test_what_the_end_of_the_block_released_is_seen_when_every_step_was_sampled(
     earlier tests churned, a heap read can cost ~1 ms, so the test lifts that limit to be sure of its premise.)"""
     import functools
 
-    from torchmem_magic.step_sampling import StepSamplingPolicy
+    from torchmem_magic.core.step_sampling import StepSamplingPolicy
 
     monkeypatch.setattr(StepSamplingPolicy, "__init__", functools.partialmethod(StepSamplingPolicy.__init__, dense_cost_s=60.0))
     # earlier tests' cyclic garbage (caught exceptions' frames, with their loops' tensors) freed by a full
@@ -209,7 +209,7 @@ def test_what_the_end_of_the_block_released_is_seen_when_every_step_was_sampled(
     # a failure says what each resource was judged and which change hid the release (a string: not cut short)
     changes_kib = [round((b - a) / 1024) for a, b in zip(heap, heap[1:])]
     if not any("of it came back when the block ended" in line for line in report.advice):
-        from torchmem_magic.report import diagnose
+        from torchmem_magic.report.assemble import diagnose
 
         again = diagnose(report.timeline, report.steps, report.wall_s, report.ram.limit_bytes, ends_after_block=True)
         judged = [(f.resource, f.verdict, f.leak_kind, f.warmup_steps, round(f.released_bytes)) for f in again.findings]

@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent("""
     import json, torch
     from torch._dynamo.utils import counters
     from torchmem_magic import LeakError, assert_no_leak, memwatch
-    from torchmem_magic.hooks import installed_hook_count
+    from torchmem_magic.tracing.hooks import installed_hook_count
 
     torch.set_num_threads(1)
 

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from torchmem_magic import MemoryGuardError, MemwatchSession, assert_no_leak, last_report, memwatch
-from torchmem_magic.hooks import installed_hook_count
+from torchmem_magic.tracing.hooks import installed_hook_count
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
-from torchmem_magic.sampler import THREAD_NAME
-from torchmem_magic.session import active_session
-from torchmem_magic.options import SessionOptions
+from torchmem_magic.tracing.sampler import THREAD_NAME
+from torchmem_magic.session.run import active_session
+from torchmem_magic.core.options import SessionOptions
 
 MIB = 1 << 20
 STEP_BYTES = 5 * MIB

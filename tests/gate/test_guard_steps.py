@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from torchmem_magic import MemoryGuardError, MemwatchSession
-from torchmem_magic.options import SessionOptions
+from torchmem_magic.core.options import SessionOptions
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
 
 MIB, KIB = 1 << 20, 1 << 10

@@ -7,7 +7,7 @@ import weakref
 
 import torch
 
-from torchmem_magic.stack_roots import StackSources, frame_roots
+from torchmem_magic.finder.stack_roots import StackSources, frame_roots
 
 
 def _helper(known: StackSources) -> list[str]:

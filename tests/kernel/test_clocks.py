@@ -17,13 +17,13 @@ KEYS = ("clock", "steps", "optimizer_steps", "epochs", "verdict", "leak_kind", "
 def _report(kernel: Kernel, body: str) -> dict[str, Any]:
     kernel.ok("%%memwatch -q --interval 20\n" + body, timeout_s=180)
     report: dict[str, Any] = kernel.value(f"{{k: torchmem_magic.last_report().to_dict()[k] for k in {KEYS!r}}}")
-    assert kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert kernel.value("torchmem_magic.tracing.hooks.installed_hook_count()") == 0
     return report
 
 
 @pytest.fixture(scope="module")
 def k(kernel: Kernel) -> Kernel:
-    kernel.ok("import torchmem_magic.hooks\nfrom torch.utils.data import DataLoader, TensorDataset")
+    kernel.ok("import torchmem_magic.tracing.hooks\nfrom torch.utils.data import DataLoader, TensorDataset")
     return kernel
 
 

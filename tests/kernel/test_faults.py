@@ -14,7 +14,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # a SIGINT landing in the start's or the end's leak-finder scan, made deterministic: the n-th scan raises it
 # (the start's and the end's scans go through the cells' scan memo)
 INTERRUPT_SCAN = """\
-import torchmem_magic.scan.memo as _tm_memo
+import torchmem_magic.finder.scan.memo as _tm_memo
 _tm_real_scan = _tm_memo.scan_roots
 _tm_calls = []
 def _tm_interrupted_scan(roots, budget=None, seen=(), _on_call={on_call}):
@@ -27,8 +27,8 @@ _tm_memo.scan_roots = _tm_interrupted_scan
 RESTORE = "_tm_memo.scan_roots = _tm_real_scan"
 LEFT = (
     "[__import__('glob').glob(__import__('os').path.join(__import__('tempfile').gettempdir(), "
-    "f\"torchmem_magic-{__import__('os').getpid()}-*\")), torchmem_magic.hooks.installed_hook_count(), "
-    "torchmem_magic.session.active_session() is None]"
+    "f\"torchmem_magic-{__import__('os').getpid()}-*\")), torchmem_magic.tracing.hooks.installed_hook_count(), "
+    "torchmem_magic.session.run.active_session() is None]"
 )
 PROBE = "import weakref, gc\nprobe = torch.ones(1 << 16); probe_ref = weakref.ref(probe)"
 PROBE_DIES = "(exec('del probe'), gc.collect(), probe_ref() is None)[2]"
@@ -88,7 +88,7 @@ def test_interrupted_while_the_live_figure_is_made_says_so_in_one_line(kernel: K
 def test_a_second_interrupt_while_the_report_is_displayed_does_not_lose_it(kernel: Kernel) -> None:
     """Seen with two SIGINTs close together: the second landed in display() (ipykernel flushing stdout)."""
     kernel.ok(
-        "import torchmem_magic.magics as _tm_magics\n"
+        "import torchmem_magic.frontends.magics as _tm_magics\n"
         "_tm_real_display = _tm_magics.display\n"
         "_tm_displays = []\n"
         "def _tm_interrupted_display(obj, **kw):\n"
@@ -117,7 +117,7 @@ def test_a_worker_death_raised_before_stop_begins_still_stops_the_session(kernel
     checked `session.running` after the loop's own error; the session never stopped (thread and hooks
     left, every later %%memwatch refused as nested)."""
     kernel.ok(
-        "import threading, torchmem_magic.session as _tm_s\n"
+        "import threading, torchmem_magic.session.run as _tm_s\n"
         "_tm_real_running = _tm_s.MemwatchSession.running\n"
         "_tm_raised = []\n"
         "def _tm_running(self):\n"
@@ -175,7 +175,7 @@ def test_a_ctrl_c_just_after_the_cell_ended_does_not_lose_its_reply(kernel: Kern
 # a cut that lands at the very start of the end (as a signal's exception can at the first line of a function,
 # before any `try` of it): the first call of MemwatchMagics.{method} raises {cut} instead
 CUT_ON_FIRST_CALL = """\
-import torchmem_magic.magics as _tm_magics
+import torchmem_magic.frontends.magics as _tm_magics
 _tm_real = _tm_magics.MemwatchMagics.{method}
 _tm_cut_calls = []
 def _tm_cut_on_first_call(self, *args, **kwargs):

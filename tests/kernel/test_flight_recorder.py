@@ -175,7 +175,7 @@ def test_an_interrupt_while_load_ext_shows_a_dead_run_keeps_the_extension_and_th
     _kill_mid_run(kernels, run_s=2.0)
     k = _start(kernels, "import torch\n" + INTERRUPTED_DISPLAY)
     loading = k.execute("%load_ext torchmem_magic")
-    k.ok("import torchmem_magic.magics as _tm_m\n_tm_display.display = _tm_m.display = _tm_real_display")  # magics took it at import
+    k.ok("import torchmem_magic.frontends.magics as _tm_m\n_tm_display.display = _tm_m.display = _tm_real_display")  # magics took it at import
     assert loading.status == "error" and loading.error is not None and loading.error["ename"] == "KeyboardInterrupt"
     assert "the extension is loaded, and %memwatch --last shows that record" in loading.stderr
     records = list((notebook / "records").iterdir())

@@ -60,7 +60,7 @@ def test_growth_that_stops_is_clean_and_growth_that_goes_on_leaks(k: Kernel, nam
 #: (or 10,000 samples), then reused for twice as many steps, until a live verdict computed after them has come
 #: (or a minute): ([the verdict during the fill, the verdict on the plateau], samples, steps)
 LIVE_FILL_THEN_PLATEAU = """\
-view = torchmem_magic.session.active_session().view
+view = torchmem_magic.session.run.active_session().view
 model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 projection = torch.randn(64, 4096); memo = {}
 def features(i):

@@ -135,7 +135,7 @@ def test_a_list_deep_in_a_big_object_the_memo_knows_is_named(fresh_kernel: Kerne
 #: that global at 4 scans (it has no name in the notebook: only a search back finds it), or 6,000 steps
 MID_RUN_LOOP = (
     "def _scans_of(name):\n"
-    "    session = torchmem_magic.session.active_session()\n"
+    "    session = torchmem_magic.session.run.active_session()\n"
     "    return len(session.finder.series().get(name, [])) if session is not None and session.finder else 0\n"
     "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
     "for step in range(6000):\n"

@@ -121,7 +121,7 @@ def k(kernel_tmp: Path) -> Iterator[Kernel]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", str(kernel_tmp))
         kernel = Kernel()
-    kernel.ok(SETUP + f"\nimport threading, torchmem_magic.hooks\nSTEPS = {STEPS}")
+    kernel.ok(SETUP + f"\nimport threading, torchmem_magic.tracing.hooks\nSTEPS = {STEPS}")
     assert Path(kernel.value("torchmem_magic.__file__")).parent == ROOT / "torchmem_magic"  # this tree's code
     assert kernel.value("__import__('tempfile').gettempdir()") == str(kernel_tmp)
     yield kernel
@@ -133,7 +133,7 @@ def nothing_left_behind(k: Kernel, kernel_tmp: Path) -> Iterator[None]:
     """No hook, sampler thread or sink directory outlives the watched cell."""
     before = _leftovers(kernel_tmp)
     yield
-    assert k.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert k.value("torchmem_magic.tracing.hooks.installed_hook_count()") == 0
     assert k.value("[t.name for t in threading.enumerate() if t.name.startswith('torchmem_magic')]") == []
     assert _leftovers(kernel_tmp) == before
 

@@ -29,7 +29,7 @@ print("loop done")
 "finished"
 """
 
-STATE = "[__import__('threading').active_count(), torchmem_magic.hooks.installed_hook_count()]"
+STATE = "[__import__('threading').active_count(), torchmem_magic.tracing.hooks.installed_hook_count()]"
 
 
 def _figure_updates(execution: Execution) -> list[int]:
@@ -206,7 +206,7 @@ def test_syntax_error_in_the_body_fails_the_cell_at_its_line(kernel: Kernel) -> 
     execution = kernel.execute("%%memwatch -q\nx = 1\ny = (\n")
     assert execution.status == "error" and execution.error["ename"] == "SyntaxError"
     assert _at_cell_line(_traceback(execution), "3", source="y = (")
-    assert kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert kernel.value("torchmem_magic.tracing.hooks.installed_hook_count()") == 0
     awaiting = kernel.execute("%%memwatch -q\nimport asyncio\nawait asyncio.sleep(0)\n")
     assert awaiting.status == "error" and "top-level await is not supported" in awaiting.stderr
 
@@ -271,7 +271,7 @@ def test_unload_removes_the_magic_and_reload_works(fresh_kernel: Kernel) -> None
     assert gone.status == "error" and "memwatch" in (gone.stderr + str(gone.error))
     fresh_kernel.ok("%load_ext torchmem_magic")
     fresh_kernel.ok("%%memwatch -q\nx = 1")
-    assert fresh_kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert fresh_kernel.value("torchmem_magic.tracing.hooks.installed_hook_count()") == 0
 
 
 def _unknown_magic(kernel: Kernel, code: str) -> str:
@@ -285,12 +285,12 @@ def _unknown_magic(kernel: Kernel, code: str) -> str:
 
 def test_unload_removes_memcheck_and_memwatch_and_stops_a_running_session(fresh_kernel: Kernel) -> None:
     fresh_kernel.ok("x = torch.ones(3)\nw = torchmem_magic.memwatch(quiet=True).start()")
-    assert fresh_kernel.value("torchmem_magic.session.active_session() is w and w.running")
+    assert fresh_kernel.value("torchmem_magic.session.run.active_session() is w and w.running")
     fresh_kernel.ok("%unload_ext torchmem_magic")
-    assert fresh_kernel.value("torchmem_magic.session.active_session() is None and not w.running")
-    assert fresh_kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert fresh_kernel.value("torchmem_magic.session.run.active_session() is None and not w.running")
+    assert fresh_kernel.value("torchmem_magic.tracing.hooks.installed_hook_count()") == 0
     assert fresh_kernel.value(
-        "[t.name for t in __import__('threading').enumerate() if t.name == torchmem_magic.sampler.THREAD_NAME]"
+        "[t.name for t in __import__('threading').enumerate() if t.name == torchmem_magic.tracing.sampler.THREAD_NAME]"
     ) == []
     assert "Line magic function `%memcheck` not found" in _unknown_magic(fresh_kernel, "%memcheck x")
     assert "Line magic function `%memwatch` not found" in _unknown_magic(fresh_kernel, "%memwatch --last")

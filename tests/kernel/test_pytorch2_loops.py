@@ -33,7 +33,7 @@ AFTER = "{'losses': losses, 'dynamo': dynamo_figures(), 'rng': torch.get_rng_sta
 
 @pytest.fixture(scope="module")
 def k(kernel: Kernel) -> Kernel:
-    kernel.ok(SETUP + "import torchmem_magic.hooks\n")
+    kernel.ok(SETUP + "import torchmem_magic.tracing.hooks\n")
     return kernel
 
 
@@ -49,7 +49,7 @@ def _part(k: Kernel, state: str, keep: bool, watched: bool, first: bool) -> tupl
     k.ok(("%%memwatch -q --interval 50\n" if watched else "") + body, timeout_s=300)
     after = k.value(AFTER, store_history=False)
     report = k.value(REPORT, store_history=False) if watched else None
-    assert k.value("torchmem_magic.hooks.installed_hook_count()", store_history=False) == 0
+    assert k.value("torchmem_magic.tracing.hooks.installed_hook_count()", store_history=False) == 0
     return after, report
 
 

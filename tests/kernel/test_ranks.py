@@ -70,7 +70,7 @@ def _run(kernel: Kernel, world: int, port: int, kill_at: int | None = None) -> d
 
 @pytest.fixture(scope="module")
 def k(kernel: Kernel) -> Kernel:
-    kernel.ok(TRAIN + FREED_PER_OUTPUT + "import torchmem_magic.hooks, threading")
+    kernel.ok(TRAIN + FREED_PER_OUTPUT + "import torchmem_magic.tracing.hooks, threading")
     return kernel
 
 
@@ -100,7 +100,7 @@ def test_the_leaking_rank_is_named_with_its_holder_and_the_others_are_clean(k: K
     # too few mid-run scans on a crowded machine give the holder no rate: it is then named as holding the memory
     assert ("outputs grows +" if holder["growth_per_step"] is not None else "held by outputs") in line, line
     # nothing left behind in the kernel: hooks, the sampler thread, the sink's directory
-    assert k.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert k.value("torchmem_magic.tracing.hooks.installed_hook_count()") == 0
     assert k.value("[t.name for t in threading.enumerate() if t.name.startswith('torchmem_magic')]") == []
     assert _leftovers(k) == []
 

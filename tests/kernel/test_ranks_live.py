@@ -28,7 +28,7 @@ def _status_values(execution: Execution) -> list[tuple[int, str]]:
 
 
 def test_each_rank_has_its_own_curve_and_the_worst_rank_is_named_while_they_train(kernel: Kernel) -> None:
-    kernel.ok(RANK_TRAINING + "import torchmem_magic.hooks, threading")
+    kernel.ok(RANK_TRAINING + "import torchmem_magic.tracing.hooks, threading")
     execution = kernel.ok(
         f"%%memwatch --interval 50\nmp.start_processes(train, args=(2, {free_port()}, 1), nprocs=2, start_method='fork')",
         timeout_s=240,
@@ -57,7 +57,7 @@ def test_each_rank_has_its_own_curve_and_the_worst_rank_is_named_while_they_trai
     report = kernel.value("torchmem_magic.last_report().to_dict()['worst_rank']")
     assert report == 1 and "worst rank 1: leak +" in statuses[-1][1]
     # nothing left behind
-    assert kernel.value("torchmem_magic.hooks.installed_hook_count()") == 0
+    assert kernel.value("torchmem_magic.tracing.hooks.installed_hook_count()") == 0
     assert kernel.value("[t.name for t in threading.enumerate() if t.name.startswith('torchmem_magic')]") == []
 
 
@@ -66,7 +66,7 @@ def test_each_rank_has_its_own_curve_and_the_worst_rank_is_named_while_they_trai
 #: forked ranks do not name), so the reader's own path is fed from a fake store by a thread of the test
 OTHER_NODE = '''
 import threading, time
-from torchmem_magic.model import HeapSummary, RamSummary, RankSummary
+from torchmem_magic.core.model import HeapSummary, RamSummary, RankSummary
 from torchmem_magic.ranks import feed as _feed_module
 from torchmem_magic.ranks.job import JobStore, encode_summary
 from torchmem_magic.ranks.remote import RemoteRanks

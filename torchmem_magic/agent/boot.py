@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from ..core.options import DEFAULT_INTERVAL_MS
 from ..ranks.protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
 
 if TYPE_CHECKING:
-    from ..hooks import LoaderPass, StepClock, TrainingHooks
+    from ..tracing.hooks import LoaderPass, StepClock, TrainingHooks
     from .rank import RankAgent
 
 #: "0" turns the ranks' leak finder off (`watch --no-scan`); they still stream their curves
-DEFAULT_INTERVAL_MS = 100.0
 
 _armed: TrainingHooks | None = None  # this process's hooks once torch is imported
 _agent: RankAgent | None = None  # this process's agent once it trains
@@ -100,7 +100,7 @@ def arm_from_environment() -> bool:
 
 def _settings() -> Any:
     from .rank import script_roots, script_sources
-    from ..options import parse_guard
+    from ..core.options import parse_guard
     from ..ranks.settings import RankSettings
 
     try:
@@ -123,7 +123,7 @@ def _install_hooks() -> None:
     global _armed
     if _armed is not None:
         return
-    from ..hooks import TrainingHooks
+    from ..tracing.hooks import TrainingHooks
 
     hooks = TrainingHooks(
         lambda clock: _first_activity(clock, None), lambda p: _first_activity(None, p), _forked_activity

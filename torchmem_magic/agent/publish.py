@@ -16,15 +16,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ..merge import summary_of
-from ..model import RankSummary
+from ..report.merge import summary_of
+from ..core.model import RankSummary
 from ..ranks.job import PUBLISH_PERIOD_S, JobStore, encode_summary, job_of
 from ..ranks.publisher import SummaryPublisher
-from ..report import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, RunEvidence, assemble_report
+from ..report.assemble import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, RunEvidence, assemble_report
 
 if TYPE_CHECKING:
-    from ..live_view import LiveView
-    from ..results import Report
+    from ..session.live_view import LiveView
+    from ..render.results import Report
 
 
 def rolling_summary(view: LiveView, rank: int, local_rank: int | None, node: int | None, host: str) -> RankSummary:

@@ -21,19 +21,19 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..options import SessionOptions
+from ..core.options import SessionOptions
 from ..ranks.protocol import events_message, evidence_fields
 from ..ranks.settings import RankSettings
 from ..ranks.transport import Outbox, RankSender
-from ..scan.results import Root
-from ..stack_roots import StackRoots, StackSources
+from ..finder.scan.results import Root
+from ..finder.stack_roots import StackRoots, StackSources
 from .publish import StorePublishing
 
 if TYPE_CHECKING:
-    from ..hooks import StepClock, TrainingHooks
-    from ..live_view import LiveView
-    from ..results import Report
-    from ..session import MemwatchSession
+    from ..tracing.hooks import StepClock, TrainingHooks
+    from ..session.live_view import LiveView
+    from ..render.results import Report
+    from ..session.run import MemwatchSession
 
 STREAM_PERIOD_S = 0.25  # a killed rank loses at most this much of its record
 DEVICES_PERIOD_S = 2.0  # how often a rank says which CUDA devices it uses
@@ -110,8 +110,8 @@ class RankAgent:
     def start(self, hooks: TrainingHooks | None = None) -> None:
         """Start the rank's session (adopting `hooks` already installed in this process, if given)
         and arrange for its run to end when the process exits."""
-        from ..leak_finder import LeakSearch
-        from ..session import MemwatchSession
+        from ..finder.leak_finder import LeakSearch
+        from ..session.run import MemwatchSession
 
         settings = self.settings
         sources = list(settings.sources or script_sources())  # the roots add the functions they meet
@@ -266,7 +266,7 @@ def adopt_forked(settings: RankSettings, hooks: TrainingHooks, clock: StepClock 
             return
     except Exception:
         return
-    from ..session import forget_inherited_sessions
+    from ..session.run import forget_inherited_sessions
 
     forget_inherited_sessions()
     agent = RankAgent(settings)

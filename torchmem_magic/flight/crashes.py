@@ -15,15 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..resources import RAM, SHM, VRAM_RESERVED
-from ..forensics import death_explanation
-from ..model import DeviceMemory, from_schema_dict
+from ..core.resources import RAM, SHM, VRAM_RESERVED
+from ..analysis.forensics import death_explanation
+from ..core.model import DeviceMemory, from_schema_dict
 from ..ranks.feed import RankFeed, apply_message
 from ..ranks.protocol import evidence_from
-from ..report import assemble_report
-from ..results import Report
+from ..report.assemble import assemble_report
+from ..render.results import Report
 from .place import SHOWN_SUFFIX, SUFFIX, notebook_identity, process_alive, records_dir
-from .recorder import oom_kill_counts
+from ..probes.oom_kills import oom_kill_counts
 
 
 @dataclass

@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..ranks.protocol import events_message, row_values
 from ..ranks.transport import Outbox
-from ..timeline import COLUMNS, DecimatingSeries
+from ..core.timeline import COLUMNS, DecimatingSeries
+from ..probes.oom_kills import oom_kill_counts
 from .place import SUFFIX, identity_key, notebook_identity, process_start_ticks, records_dir
 
 if TYPE_CHECKING:
-    from ..model import Clock, DeviceMemory, Suspect
+    from ..core.model import Clock, DeviceMemory, Suspect
     from ..probes.limits import MemoryLimit
     from ..probes.shm import ShmReading
-    from ..timeline import Timeline
+    from ..core.timeline import Timeline
 
 
 class RecordedRun(Protocol):
@@ -72,41 +73,6 @@ class RecordedRun(Protocol):
 FORMAT = 1
 FLUSH_PERIOD_S = 0.5  # at most this much of a run is lost when the process is killed
 MAX_BYTES = 2 << 20
-
-
-def oom_kill_counts() -> dict[str, int]:
-    """How many processes the kernel's OOM killer has killed: on the whole system (/proc/vmstat) and
-    in each cgroup (v2) this process belongs to, from its own up to the root (`memory.events`)."""
-    counts: dict[str, int] = {}
-    try:
-        with open("/proc/vmstat", encoding="ascii") as file:
-            for line in file:
-                if line.startswith("oom_kill "):
-                    counts["system"] = int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as file:
-            groups = [line.strip().split(":", 2) for line in file]
-    except OSError:
-        groups = []
-    for _, controllers, path in (g for g in groups if len(g) == 3):
-        if controllers == "":  # v2: the kills under each level are in its memory.events
-            base, name = Path("/sys/fs/cgroup"), "memory.events"
-        elif "memory" in controllers.split(","):  # v1: in memory.oom_control (Linux 4.13+)
-            base, name = Path("/sys/fs/cgroup/memory"), "memory.oom_control"
-        else:
-            continue
-        group = Path(path)
-        for level in [group, *group.parents]:
-            source = base / str(level).lstrip("/") / name
-            try:
-                for line in source.read_text(encoding="ascii").splitlines():
-                    if line.startswith("oom_kill "):
-                        counts[f"cgroup:{source.parent}"] = int(line.split()[1])
-            except (OSError, ValueError):
-                continue
-    return counts
 
 
 def _line(message: dict[str, Any]) -> bytes:

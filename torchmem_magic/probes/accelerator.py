@@ -6,8 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import DeviceMemory
-from ..resources import VRAM, VRAM_RESERVED
+from ..core.model import DeviceMemory
+from ..core.resources import VRAM, VRAM_RESERVED
 from .backends import AcceleratorBackend, DeviceStats, backends_of
 from .base import NAN, Reading
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..model import SourceErrors
+from ..core.model import SourceErrors
 
 NAN = math.nan
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import resources
-from ..model import DeviceMemory
-from ..report import ShmEvidence, WorkerEvidence
+from ..core import resources
+from ..core.model import DeviceMemory
+from ..report.assemble import ShmEvidence, WorkerEvidence
 from .accelerator import AcceleratorProbe
 from .base import ErrorCount, ProbeReader, Reading
 from .heap import HeapProbe

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..forensics import WorkerExit
+from ..analysis.forensics import WorkerExit
 
 EXIT_CODE_FIELD = 49  # /proc/PID/stat's 52nd field (exit_code), counted after the ")" closing the name
 

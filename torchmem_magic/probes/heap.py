@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from ..resources import HEAP
+from ..core.resources import HEAP
 from .base import NAN, Reading
 
 class _Mallinfo2(ctypes.Structure):

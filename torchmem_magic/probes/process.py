@@ -17,8 +17,8 @@ from typing import Any
 
 import psutil
 
-from ..resources import RAM, RSS, WORKERS, WORKER_COUNT
-from ..forensics import WorkerExit
+from ..core.resources import RAM, RSS, WORKERS, WORKER_COUNT
+from ..analysis.forensics import WorkerExit
 from .base import Reading
 from .procfs import ProcReader
 

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..resources import SHM
+from ..core.options import DEFAULT_SHM_PATH
+from ..core.resources import SHM
 from .base import NAN, Reading
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class ShmProbe:
     #: the GIL, and getting it back blocks the training thread once more (see probes/procfs)
     IDLE_PERIOD_S = 0.5
 
-    def __init__(self, path: str = "/dev/shm", clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, path: str = DEFAULT_SHM_PATH, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.available = os.path.isdir(path)
         self._clock = clock

@@ -16,18 +16,19 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..forensics import WorkerExit
-from ..model import RankSummary, Suspect, from_schema_dict
-from ..flight.recorder import oom_kill_counts
+from ..core.options import DEFAULT_INTERVAL_MS
+from ..analysis.forensics import WorkerExit
+from ..core.model import RankSummary, Suspect, from_schema_dict
+from ..probes.oom_kills import oom_kill_counts
 from ..probes.exits import ExitWitness
 from ..probes.nvml import NvmlProcesses
 from ..probes.process import exit_of
-from ..report import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_report
-from ..timeline import Timeline
-from ..merge import summary_of
+from ..report.assemble import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_report
+from ..core.timeline import Timeline
+from ..report.merge import summary_of
 from .job import job_from_fields
 from .protocol import apply_events, evidence_from
 from .remote import RankHistory, RemoteRanks
@@ -47,7 +48,7 @@ class RankFeed:
     host: str = ""
     started_wall_s: float = 0.0
     offset_s: float = 0.0  # the rank's t_s 0 in the watcher's seconds
-    interval_s: float = 0.1
+    interval_s: float = DEFAULT_INTERVAL_MS / 1000
     ram_limit_bytes: int = 0
     ram_limit_source: str = "system"
     heap_available: bool = False

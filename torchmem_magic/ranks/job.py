@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..model import RankSummary, Suspect
-from ..saved import from_dict
+from ..core.model import RankSummary, Suspect
+from ..report.saved import from_dict
 
 KEY_ROOT = "torchmem_magic"
 WIRE_VERSION = 1

@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 
+from ..core.package import PACKAGE_DIR
 from .protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
 
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "bootstrap")
+BOOTSTRAP_DIR = os.path.join(PACKAGE_DIR, "agent", "bootstrap")
 
 
 def watched_environment(

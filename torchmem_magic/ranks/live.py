@@ -15,13 +15,13 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ..holders import holder_trend, top_holder, top_trend
-from ..model import Clock, RankSummary, VerdictName
-from ..report import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose
-from ..resources import RAM, VRAM
-from ..units import format_bytes, rate_unit
+from ..analysis.holders import holder_trend, top_holder, top_trend
+from ..core.model import Clock, RankSummary, VerdictName
+from ..report.assemble import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose
+from ..core.resources import RAM, VRAM
+from ..core.units import format_bytes, rate_unit
 from .feed import RankFeed, attempt_numbers, died_of, rank_numbers
-from ..merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
+from ..report.merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0
 #: ranks whose verdict is rejudged in one call (a rank new, or renumbered, is judged whatever the count)

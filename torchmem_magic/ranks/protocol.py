@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..model import Clock, DeviceMemory, SourceErrors, Suspect, from_schema_dict
-from ..report import RunEvidence, WorkerEvidence
-from ..timeline import COLUMNS, NAN, Row, Timeline
+from ..core.model import Clock, DeviceMemory, SourceErrors, Suspect, from_schema_dict
+from ..report.assemble import RunEvidence, WorkerEvidence
+from ..core.timeline import COLUMNS, NAN, Row, Timeline
 
 #: the sink's address, set for a watched command's processes (with the bootstrap on PYTHONPATH)
 ENV_SINK = "TORCHMEM_MAGIC_SINK"

@@ -3,7 +3,7 @@ or the flight record on disk."""
 
 from __future__ import annotations
 
-from ..timeline import DecimatingSeries, Row, Timeline
+from ..core.timeline import DecimatingSeries, Row, Timeline
 from .protocol import row_values
 from .transport import Outbox
 

@@ -21,9 +21,9 @@ from array import array
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
-from ..model import RankSummary
-from ..resources import HEAP, RAM, VRAM
-from ..timeline import DecimatingSeries
+from ..core.model import RankSummary
+from ..core.resources import HEAP, RAM, VRAM
+from ..core.timeline import DecimatingSeries
 from .job import PUBLISH_PERIOD_S, JobStore, Published, decode_deaths, decode_summary, encode_death, remote_status
 from .store_client import StoreClient, StoreUnavailable
 

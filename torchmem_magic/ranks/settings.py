@@ -6,21 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..scan.results import Root
+from ..core.options import DEFAULT_SHM_PATH
+from ..finder.scan.results import Root, StartScan
 
 if TYPE_CHECKING:
-    from ..hooks import StepClock, TrainingHooks
-
-
-@dataclass(frozen=True)
-class StartScan:
-    """What the scan before a run found: each name's retained bytes, the names cheap to re-measure,
-    and what the scan cost. A process forked from the watcher inherits exactly those objects, so it
-    takes this over instead of walking (and copying, page by page) the inherited heap again."""
-
-    baseline: dict[str, int]
-    cheap: frozenset[str]
-    cost_s: float
+    from ..tracing.hooks import StepClock, TrainingHooks
 
 
 @dataclass(frozen=True)
@@ -29,7 +19,7 @@ class RankSettings:
 
     address: str
     interval_ms: float
-    shm_path: str = "/dev/shm"
+    shm_path: str = DEFAULT_SHM_PATH
     roots: Callable[[], list[Root]] | None = None  # the watcher's roots, as a forked rank inherits them
     sources: tuple[str, ...] = ()  # code in which a holder's fix line is looked for
     scan: bool = True  # False: no leak finder in the rank (`watch --no-scan`), only its curves

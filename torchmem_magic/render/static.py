@@ -16,12 +16,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import resources
-from ..holders import top_holder
-from ..model import Clock, RankSummary, ReportData
-from ..resources import HEAP, RAM
-from ..timeline import Timeline
-from ..units import format_bytes
+from ..core import resources
+from ..analysis.holders import top_holder
+from ..core.model import Clock, RankSummary, ReportData
+from ..core.resources import HEAP, RAM
+from ..core.timeline import Timeline
+from ..core.units import format_bytes
 from .axis_range import MIN_SPAN_BYTES, fitted_range
 from .text import report_html, sparkline, verdict_rate
 

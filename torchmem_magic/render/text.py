@@ -12,8 +12,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ..holders import top_holder
-from ..model import (
+from ..analysis.holders import top_holder
+from ..core.model import (
     HeapSummary,
     LiveStatus,
     MemcheckData,
@@ -26,8 +26,8 @@ from ..model import (
     VramSummary,
     earlier_processes,
 )
-from ..resources import HEAP, RAM, SHM, VRAM, WORKER_COUNT, by_key
-from ..units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
+from ..core.resources import HEAP, RAM, SHM, VRAM, WORKER_COUNT, by_key
+from ..core.units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
 
 
 def format_per_step(value: float | None, clock: str = "optimizer") -> str:

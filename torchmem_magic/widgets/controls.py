@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets
 
-from .. import actions
-from ..units import format_bytes
+from ..session import actions
+from ..core.units import format_bytes
 from .shared import layout, shared
 
 if TYPE_CHECKING:
-    from ..results import Report
-    from ..step_requests import StepRequests
+    from ..render.results import Report
+    from ..core.step_requests import StepRequests
 
 
 def mid_run_clicks_possible() -> bool:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..render.axis_range import AxisRange, steady_range, threshold_in_view
 from ..render.static import nice_ticks
-from ..units import format_bytes
+from ..core.units import format_bytes
 
 MIB, GIB = float(1 << 20), float(1 << 30)
 MARGIN_PX = {"top": 30, "bottom": 22, "left": 60, "right": 20}

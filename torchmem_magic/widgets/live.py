@@ -21,22 +21,22 @@ import bqplot
 import ipywidgets
 import numpy as np
 
-from .. import resources
+from ..core import resources
 from ..ranks.feed import rank_numbers
 from ..ranks.live import worst_live
 from ..render.text import status_line
 from ..render.axis_range import AxisRange, steady_range, with_headroom
-from ..resources import RAM, RSS, VRAM, VRAM_RESERVED
-from ..timeline import DecimatingSeries
+from ..core.resources import RAM, RSS, VRAM, VRAM_RESERVED
+from ..core.timeline import DecimatingSeries
 from .controls import Controls
 from .curve_strip import CurveStrip, StripCurve, Threshold, epoch_marks, show_epochs, unit_of
 from .rank_curves import Curve, RankCurves, padded, rank_curves, steps_of_time
 from .shared import layout, shared
 
 if TYPE_CHECKING:
-    from ..results import Report
-    from ..live_view import LiveView
-    from ..step_requests import StepRequests
+    from ..render.results import Report
+    from ..session.live_view import LiveView
+    from ..core.step_requests import StepRequests
 
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
 MAX_POINTS = 2000

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..merge import above_median, imbalance_line
-from ..report import training_loader
-from ..resources import HEAP, RAM, VRAM
-from ..timeline import DecimatingSeries
+from ..report.merge import above_median, imbalance_line
+from ..report.assemble import training_loader
+from ..core.resources import HEAP, RAM, VRAM
+from ..core.timeline import DecimatingSeries
 from ..ranks.feed import RankFeed
 from ..ranks.remote import RankHistory
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..live_route import LiveRoute
-    from ..live_view import LiveView
-    from ..results import Report
-    from ..step_requests import StepRequests
+    from .live_route import LiveRoute
+    from ..session.live_view import LiveView
+    from ..render.results import Report
+    from ..core.step_requests import StepRequests
     from .live import LiveFigure
 
 

@@ -1,0 +1,128 @@
+"""What a scan takes and what it returns: plain data, no walker code (suspects.py needs only this)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core.model import TensorFinding
+
+# A retained autograd node costs ~600-800 B of heap: deleting retained graphs gives back about this
+# much per node on top of their tensors (the kernel tests check retained bytes against it, ±15%).
+NODE_BYTES = 700
+MAX_PLACES = 64  # places kept per root (the first met; a holder's few containers in practice)
+
+
+@dataclass(frozen=True)
+class Root:
+    """A starting point: `name` groups results (a user variable, "Out", "sys.last_traceback")."""
+
+    name: str
+    kind: str  # "user", "output-cache" or "traceback"
+    path: str  # how to write the object in code: "history", "Out[5]", "sys.last_value"
+    obj: Any = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one scan. A stop on any of them is reported, never silent.
+
+    Frozen: budgets are module-level constants shared by every scan that uses them.
+    """
+
+    time_s: float = 1.0
+    max_objects: int = 500_000
+    max_objects_per_root: int = 200_000
+    max_depth: int = 24
+    graph_node_cap: int = 20_000  # per root; why there is a cap at all: see autograd.py
+    max_findings: int = 1_000
+    max_children: int = 10_000  # non-tensor children taken from one container
+    sequence_floor: int = 0  # a long chain's unwalked nodes are counted down to this autograd sequence number
+
+
+@dataclass(frozen=True)
+class FunctionSlot:
+    """Where a function keeps an object from one call to the next, named as its code names it, so a
+    fix can say `store` rather than `__defaults__[0]`."""
+
+    kind: str  # "default" (argument), "closure" (captured variable) or "attribute" (of a bound method's self)
+    function: str  # the function's name: `log`
+    variable: str  # `store`, `cache`, or the attribute `cache` of `self`
+    holds: str  # the type name of what it held when scanned: "list"
+    outer: str | None = None  # a closure's enclosing function (`make_logger`); a bound method's class
+
+
+@dataclass
+class SlotStats:
+    """The tensors a root reaches through one function slot (the innermost on their path)."""
+
+    slot: FunctionSlot
+    tensors: int = 0
+    tensor_bytes: int = 0  # storages first counted here, as in RootStats
+    scalar_tensors: int = 0
+    first_tensor_path: str | None = None
+
+
+@dataclass
+class RootStats:
+    """What one named root keeps alive (a suspect candidate)."""
+
+    name: str
+    kind: str
+    path: str
+    holder_type: str  # the root object's type name
+    resettable: bool = False  # its class defines `reset()` (a metric: its state grows until reset)
+    tensors: int = 0
+    tensor_bytes: int = 0  # storages first counted here (deduplicated across all roots)
+    accelerator_bytes: int = 0  # of those, the bytes on an accelerator (a CUDA, MPS, XPU device)
+    scalar_tensors: int = 0
+    graph_tensors: int = 0  # tensors with a grad_fn
+    graph_nodes: int = 0
+    saved_bytes: int = 0  # activations kept only through those graphs
+    saved_live: int = 0  # saved tensors still held (no backward ran)
+    saved_freed: int = 0  # saved tensors already freed by backward
+    graph_estimated: bool = False  # node cap or time hit: figures extrapolated
+    truncated: bool = False  # object traversal stopped early (depth/objects/time)
+    objects: int = 0  # visited one by one
+    plain_objects: int = 0  # plain-data records counted in bulk (what a scan of it also costs)
+    first_tensor_path: str | None = None
+    graph_paths: list[str] = field(default_factory=list)  # a few paths of graph-holding tensors
+    slots: dict[str, SlotStats] = field(default_factory=dict)  # by the slot's path: `log.__defaults__[0]`
+    #: tensor bytes (first counted here) by where they are kept: the container holding them
+    #: (`logger.hist`), or the attribute that is one (`net.seen`); at most MAX_PLACES places, so a
+    #: holder's growth is placed by comparing two scans' figures
+    places: dict[str, int] = field(default_factory=dict)
+    container_places: set[str] = field(default_factory=set)  # the places that are containers (not a tensor)
+
+    @property
+    def retained_bytes(self) -> int:
+        """What deleting this root would free: its tensors, what only its graphs save, the nodes."""
+        return self.tensor_bytes + self.saved_bytes + self.graph_nodes * NODE_BYTES
+
+
+@dataclass
+class ScanResult:
+    """A finished scan: numbers and paths only, no reference to anything scanned."""
+
+    roots: list[RootStats]
+    findings: list[TensorFinding]
+    findings_truncated: bool
+    devices: list[str]
+    objects: int
+    skipped: int  # objects whose introspection raised
+    truncated: bool
+    elapsed_s: float
+    notes: list[str]
+    storages: frozenset[tuple[object, ...]] = frozenset()  # the storages it counted (keys, as `tensor_storage` gives)
+    reused: frozenset[str] = frozenset()  # the names whose figures a memo gave, not this scan
+
+
+@dataclass(frozen=True)
+class StartScan:
+    """What the scan before a run found: each name's retained bytes, the names cheap to re-measure,
+    and what the scan cost. A process forked from the watcher inherits exactly those objects, so it
+    takes this over instead of walking (and copying, page by page) the inherited heap again."""
+
+    baseline: dict[str, int]
+    cheap: frozenset[str]
+    cost_s: float

@@ -1,0 +1,470 @@
+"""From what a run gathered to its verdict, its live status line and its Report (pure).
+
+The session gathers (probes, hooks, scans) and hands plain inputs here: the timeline, counts,
+limits, device stats, suspects, how DataLoader workers ended, the exception that ended the block.
+Everything that decides or assembles lives here, so it is tested on synthetic inputs in
+milliseconds, without a running session.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from ..analysis.forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
+from ..analysis.holders import HolderSearch, fuse, with_trends, without_flat, without_ruled_out
+from ..core.model import (
+    Clock,
+    RankSummary,
+    DeviceMemory,
+    HeapSummary,
+    LiveStatus,
+    RamSummary,
+    ShmSummary,
+    SourceErrors,
+    Status,
+    Suspect,
+    VramSummary,
+    WorkerSummary,
+)
+from ..core import resources
+from ..core.options import DEFAULT_SHM_PATH
+from .merge import with_ranks
+from ..core.resources import HEAP, RAM, SHM, VRAM, VRAM_RESERVED, WORKERS
+from ..render.results import Report
+from ..core.slopes import new_readings, robust_slope
+from ..core.timeline import NAN, DecimatingSeries, Timeline
+from ..analysis.verdict import Diagnosis, Series, decide
+
+LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
+#: rows of each series the live verdict judges at most (thinned evenly from the timeline's): recomputed
+#: every second on the sampler thread, its cost must not grow with the run; the final report reads them all
+LIVE_VERDICT_ROWS = 160
+#: rows of each series, and Theil–Sen points, that a rank's verdict in a report of many ranks judges at
+#: most: the watcher judges every rank at the block's end on one thread, and a full timeline (~1,800
+#: step rows) costs ~25 ms of CPU a rank, seconds for 64 ranks; thinned to this, ~5 ms. Over the
+#: detector's shapes (a slow or fast leak, a staircase, sporadic jumps, a warm-up, a sawtooth, RSS creep,
+#: noise) the thinned verdict is the full one, a leak's rate within a few percent
+RANK_VERDICT_ROWS = 400
+RANK_VERDICT_POINTS = 100
+#: the Theil–Sen points of a run's own final verdict (its pairwise slopes: ~points²/2)
+FINAL_VERDICT_POINTS = 200
+#: the step-aligned column each resource that can leak has its "growth per step" measured on
+RATE_COLUMNS = {r.key: r.column for r in resources.RESOURCES if r.leak_rank is not None}
+
+
+@dataclass(frozen=True)
+class ShmEvidence:
+    """The shared-memory filesystem at the end of the run."""
+
+    path: str
+    total_bytes: int
+    strategy: str | None  # torch.multiprocessing's sharing strategy
+    torch_segments: int
+
+
+@dataclass(frozen=True)
+class WorkerEvidence:
+    """DataLoader workers seen during the run."""
+
+    max_count: int
+    pids_seen: int
+    peaks: tuple[tuple[int, int, int], ...]  # (pid, PSS peak, USS peak)
+
+
+@dataclass(frozen=True)
+class RunEvidence:
+    """Everything a run gathered, as plain data: the input of `assemble_report`."""
+
+    timeline: Timeline
+    steps: int  # steps of `clock`
+    wall_s: float
+    interval_s: float
+    ram_limit_bytes: int  # what the OOM killer enforces
+    ram_limit_source: str  # "cgroup v2", "cgroup v1" or "system"
+    heap_available: bool
+    shm: ShmEvidence | None = None
+    workers: WorkerEvidence | None = None
+    worker_exits: tuple[WorkerExit, ...] = ()
+    devices_start: tuple[DeviceMemory, ...] = ()
+    devices_end: tuple[DeviceMemory, ...] = ()
+    first_pass_batches: int | None = None  # batches in a multi-worker DataLoader's first pass
+    suspects: tuple[Suspect, ...] = ()
+    exception: BaseException | None = None  # what ended the block, if anything
+    source_errors: tuple[SourceErrors, ...] = ()
+    clock: Clock = "optimizer"  # what a step is
+    optimizer_steps: int | None = None  # None: the same as `steps` (the clock is the optimizer)
+    training_loader: int | None = None  # the loader whose passes are the epochs (None: every pass)
+    holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> (step, bytes) at scans
+    live_suspects_at_step: int | None = None
+    holders_on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
+    ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
+    guard_advice: tuple[str, ...] = ()  # what the memory guard did, first in the advice
+    holder_search: HolderSearch | None = None  # where the memory was looked for when no holder grew
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+
+def training_loader(clock: Clock, credits: dict[tuple[Clock, int], int], passes: dict[int, int]) -> int | None:
+    """The loader whose batches carry the steps of `clock` (its passes are the epochs; a validation
+    loader iterated inside an epoch is not): the one most steps were made on, else the one with the
+    most passes; None without any loader."""
+    carried = {loader: n for (c, loader), n in credits.items() if c == clock}
+    if carried:
+        return max(carried, key=lambda loader: (carried[loader], -loader))
+    if passes:
+        return max(passes, key=lambda loader: (passes[loader], -loader))
+    return None
+
+
+def epoch_starts(timeline: Timeline, clock: Clock, loader: int | None) -> list[float]:
+    """The step (of `clock`) or second at which each epoch began."""
+    return [m.t_s if clock == "time" else float(m.step_of(clock)) for m in timeline.epochs_of(loader)]
+
+
+def first_pass_steps(
+    timeline: Timeline, clock: Clock, loader: int | None, first_pass_batches: int | None
+) -> tuple[int, int] | None:
+    """(first step, last step) of the first pass of a multi-worker DataLoader, if known."""
+    epochs = timeline.epochs_of(loader)
+    if first_pass_batches is None or not epochs or clock == "time":
+        return None
+    start = epochs[0].step_of(clock)
+    return start + 1, start + first_pass_batches
+
+
+def diagnose(
+    timeline: Timeline,
+    steps: int,
+    elapsed_s: float,
+    ram_limit_bytes: float,
+    vram_limit_bytes: float | None = None,
+    shm_limit_bytes: float | None = None,
+    first_pass_batches: int | None = None,
+    max_points: int = FINAL_VERDICT_POINTS,
+    clock: Clock = "optimizer",
+    loader: int | None = None,
+    worker_count: int = 1,
+    workers_persistent: bool = False,
+    max_rows: int | None = None,
+    ends_after_block: bool = False,
+) -> Diagnosis:
+    """The leak detector over every resource the run measured, against the steps of `clock`
+    (the step-aligned series), or against seconds when the loop had no step clock at all.
+
+    `max_rows`: judge at most this many rows of the series, thinned evenly (None: all of them); the
+    live verdict's cost then stays the same however full the timeline is. `ends_after_block`: the last
+    step-aligned row is the reading after the block (the final report's timeline)."""
+    source, x_name = (timeline.by_time, "t_s") if clock == "time" else (timeline.by_step, "step")
+    judged = [r for r in resources.RESOURCES if r.judged]
+    columns = source.columns(x_name, *(r.column for r in judged), at_most=max_rows)
+    step_x = columns[x_name]
+    limits = {"ram": ram_limit_bytes, "device": vram_limit_bytes, "shm": shm_limit_bytes}
+    heap, ram = columns[HEAP.column], columns[RAM.column]
+    # the OOM killer counts resident memory: heap growth exhausts the headroom RSS has left
+    rss_above_heap = ram[-1] - heap[-1] if len(heap) and not math.isnan(heap[-1]) else 0.0
+    series = []
+    for resource in judged:
+        limit = None if resource.limit is None else limits[resource.limit]
+        if resource.key == HEAP.key:
+            limit = ram_limit_bytes - rss_above_heap
+        xs: Sequence[float] = step_x
+        values: Sequence[float] = columns[resource.column]
+        if resource.sparse:  # from its first reading on: workers appearing is not growth
+            xs, values = new_readings(xs, values)
+            if not xs:
+                continue
+        series.append(Series(resource.key, xs, values, limit))
+    if clock == "time":
+        steps_per_s: float | None = 1.0  # a step is a second
+    else:
+        steps_per_s = steps / elapsed_s if elapsed_s > 0 else None
+    return decide(
+        [s for s in series if any(not math.isnan(v) for v in s.values)],
+        epoch_steps=[e + (0.0 if clock == "time" else 1.0) for e in epoch_starts(timeline, clock, loader)],
+        steps_per_s=steps_per_s,
+        max_points=max_points,
+        first_pass_steps=first_pass_steps(timeline, clock, loader, first_pass_batches),
+        clock=clock,
+        worker_count=worker_count,
+        workers_persistent=workers_persistent,
+        ends_after_block=ends_after_block,
+    )
+
+
+def rates_of(diagnosis: Diagnosis) -> dict[str, float]:
+    """Bytes per step of each resource the detector could measure."""
+    return {f.resource: f.per_step_bytes for f in diagnosis.findings if f.per_step_bytes is not None}
+
+
+def growth_per_step(series: DecimatingSeries, column: str, x_name: str = "step", max_points: int = 1024) -> float | None:
+    """Bytes per step (or per second, x_name "t_s") of `column` (None if it cannot say)."""
+    cols = series.columns(x_name, column)
+    return robust_slope(cols[x_name], cols[column], max_points)
+
+
+def per_step(
+    rates: dict[str, float], timeline: Timeline, resource: str, clock: Clock = "optimizer", max_points: int = 1024
+) -> float | None:
+    """Bytes per step of a resource: the detector's rate where it had enough steps, else the
+    split-half slope of the step-aligned series (a first figure, before any verdict). One rule for
+    the status line and the report, so both quote the same figure."""
+    if resource in rates:
+        return rates[resource]
+    if clock == "time":
+        return growth_per_step(timeline.by_time, RATE_COLUMNS[resource], "t_s", max_points)
+    return growth_per_step(timeline.by_step, RATE_COLUMNS[resource], "step", max_points)
+
+
+def short_verdict(diagnosis: Diagnosis) -> str:
+    """'leak: per-iteration in heap', 'clean', ...: the verdict as the status line shows it."""
+    if diagnosis.leak_kind is None:
+        return diagnosis.verdict
+    return f"{diagnosis.verdict}: {diagnosis.leak_kind} in {diagnosis.resource}"
+
+
+def live_status(
+    timeline: Timeline,
+    steps: int,
+    elapsed_s: float,
+    workers: int,
+    live: Diagnosis | None,
+    clock: Clock = "optimizer",
+    loader: int | None = None,
+    holder: str | None = None,
+) -> LiveStatus:
+    """The one-line live status: current values, growth per step so far, the verdict as it forms.
+
+    `live` is the detector's latest verdict over the run so far (None before `LIVE_VERDICT_STEPS`);
+    its rates are the growth figures, so the status line and the final report quote one estimator.
+    """
+    by_time = timeline.by_time
+    rates = rates_of(live) if live is not None else {}
+    return LiveStatus(
+        elapsed_s=elapsed_s,
+        steps=steps,
+        epochs=timeline.epoch_count(loader),
+        ram_bytes=by_time.last_value(RAM.column),
+        heap_bytes=by_time.last_value(HEAP.column),
+        vram_allocated_bytes=by_time.last_value(VRAM.column),
+        vram_reserved_bytes=by_time.last_value(VRAM_RESERVED.column),
+        shm_used_bytes=by_time.last_value(SHM.column),
+        workers=workers,
+        ram_per_step=per_step(rates, timeline, "ram", clock, 256),
+        heap_per_step=per_step(rates, timeline, "heap", clock, 256),
+        vram_per_step=per_step(rates, timeline, "vram", clock, 256),
+        verdict=None if live is None else short_verdict(live),
+        clock=clock,
+        holder=holder,
+    )
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _int_or(value: float, default: int = 0) -> int:
+    return default if math.isnan(value) else int(value)
+
+
+def _peak(timeline: Timeline, column: str) -> float:
+    values = [timeline.by_time.max(column), timeline.by_step.max(column)]
+    finite = [v for v in values if not math.isnan(v)]
+    return max(finite) if finite else NAN
+
+
+def status_of(exc: BaseException | None) -> Status:
+    if exc is None:
+        return "ok"
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+
+
+def vram_summary(
+    timeline: Timeline, devices_start: Sequence[DeviceMemory], devices_end: Sequence[DeviceMemory]
+) -> VramSummary | None:
+    """Accelerator memory over the run; None when no device was in use."""
+    by_time = timeline.by_time
+    allocated_peak = _peak(timeline, VRAM.column)
+    if math.isnan(allocated_peak) and not devices_end:
+        return None
+    start = {d.name: d for d in devices_start}
+    # the allocator's own peak counters catch peaks between samples, when they rose in this run
+    peak_from_counters = sum(
+        d.allocated_peak_bytes
+        for d in devices_end
+        if d.name not in start or d.allocated_peak_bytes > start[d.name].allocated_peak_bytes
+    )
+    retries_start = sum(d.num_alloc_retries or 0 for d in devices_start)
+    totals = [d.total_bytes for d in devices_end]
+    known_totals = [t for t in totals if t]
+    return VramSummary(
+        allocated_start_bytes=_int_or(by_time.first_value(VRAM.column)),
+        allocated_end_bytes=_int_or(by_time.last_value(VRAM.column)),
+        allocated_peak_bytes=max(_int_or(allocated_peak), peak_from_counters),
+        reserved_end_bytes=_int_or(by_time.last_value(VRAM_RESERVED.column)),
+        reserved_peak_bytes=_int_or(_peak(timeline, VRAM_RESERVED.column)),
+        per_step_bytes=None,
+        limit_bytes=sum(known_totals) if totals and len(known_totals) == len(totals) else None,
+        devices=tuple(d.name for d in devices_end),
+        num_alloc_retries=sum(d.num_alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
+        per_device=tuple(devices_end),
+    )
+
+
+def vram_headroom_bytes(vram: VramSummary) -> int | None:
+    """What CUDA can still hand out: the driver's free memory plus what the cache holds unused."""
+    free = [d.free_bytes for d in vram.per_device]
+    if free and all(f is not None for f in free):
+        return vram.reserved_end_bytes + sum(f for f in free if f is not None)
+    return vram.limit_bytes
+
+
+def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary | None) -> list[str]:
+    """If a DataLoader worker died: the likely cause, from how it ended and the curves before it.
+
+    Decided from the workers' exit statuses; the exception's text is only read when no status is
+    known (workers started before the run, whose PIDs the hook never saw)."""
+    death = death_from_exits(evidence.worker_exits)
+    if death is None and evidence.exception is not None:
+        death = parse_worker_death(str(evidence.exception))
+    if death is None:
+        return []
+    by_time = evidence.timeline.by_time
+    ram_before = [v for v in by_time.column(RAM.column)[-5:] if not math.isnan(v)]  # the last readings
+    shm_before = [v for v in by_time.column(SHM.column)[-5:] if not math.isnan(v)]
+    return explain_worker_death(
+        death,
+        ram_bytes=max(ram_before, default=float(ram.end_bytes)),
+        ram_limit_bytes=float(ram.limit_bytes),
+        shm_used_bytes=max(shm_before) if shm_before else None,
+        shm_total_bytes=None if shm is None else float(shm.limit_bytes),
+        limit_source=ram.limit_source,
+        shm_path=evidence.shm.path if evidence.shm is not None else DEFAULT_SHM_PATH,
+    )
+
+
+def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
+    """One line per source that failed: its figures have gaps, and why."""
+    return [
+        f"the {e.source} failed {e.count:,} time{'s' if e.count != 1 else ''} (last: {e.last}): "
+        "its figures in this report are incomplete"
+        for e in errors
+    ]
+
+
+_Summary = TypeVar("_Summary", RamSummary, HeapSummary, VramSummary, ShmSummary)
+
+
+def assemble_report(
+    evidence: RunEvidence, max_rows: int | None = None, max_points: int = FINAL_VERDICT_POINTS
+) -> Report:
+    """The Report of a run: summaries, the verdict and its advice, suspects, worker deaths.
+
+    `max_rows`, `max_points`: what the verdict judges at most (`diagnose`); None judges every row, as a
+    run's own report does. A report of many ranks bounds them (RANK_VERDICT_ROWS)."""
+    timeline, exc = evidence.timeline, evidence.exception
+    by_time = timeline.by_time
+    ram = RamSummary(
+        start_bytes=_int_or(by_time.first_value(RAM.column)),
+        end_bytes=_int_or(by_time.last_value(RAM.column)),
+        peak_bytes=_int_or(_peak(timeline, RAM.column)),
+        per_step_bytes=None,
+        limit_bytes=evidence.ram_limit_bytes,
+        limit_source=evidence.ram_limit_source,
+    )
+    heap = None
+    if evidence.heap_available:
+        heap = HeapSummary(
+            start_bytes=_int_or(by_time.first_value(HEAP.column)),
+            end_bytes=_int_or(by_time.last_value(HEAP.column)),
+            peak_bytes=_int_or(_peak(timeline, HEAP.column)),
+            per_step_bytes=None,
+        )
+    shm = None
+    if evidence.shm is not None:
+        shm = ShmSummary(
+            start_bytes=_int_or(by_time.first_value(SHM.column)),
+            end_bytes=_int_or(by_time.last_value(SHM.column)),
+            peak_bytes=_int_or(_peak(timeline, SHM.column)),
+            limit_bytes=evidence.shm.total_bytes,
+            strategy=evidence.shm.strategy,
+            per_step_bytes=None,
+            path=evidence.shm.path,
+            torch_segments=evidence.shm.torch_segments,
+        )
+    workers = None
+    if evidence.workers is not None:
+        workers = WorkerSummary(
+            max_count=evidence.workers.max_count,
+            peak_bytes=_int_or(by_time.max(WORKERS.column)),
+            pids_seen=evidence.workers.pids_seen,
+            per_worker=tuple({"pid": pid, "pss_peak": pss, "uss_peak": uss} for pid, pss, uss in evidence.workers.peaks),
+        )
+    vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
+    found = () if evidence.holder_search is None else evidence.holder_search.found
+    suspects = with_trends((*evidence.suspects, *found), evidence.holder_series)
+    curves = diagnose(
+        timeline,
+        evidence.steps,
+        evidence.wall_s,
+        ram_limit_bytes=float(evidence.ram_limit_bytes),
+        vram_limit_bytes=None if vram is None else vram_headroom_bytes(vram),
+        shm_limit_bytes=None if shm is None else shm.limit_bytes,
+        first_pass_batches=evidence.first_pass_batches,
+        clock=evidence.clock,
+        loader=evidence.training_loader,
+        worker_count=1 if evidence.workers is None else evidence.workers.max_count,
+        workers_persistent=evidence.workers is not None and evidence.workers.pids_seen <= evidence.workers.max_count,
+        ends_after_block=True,
+        max_rows=max_rows,
+        max_points=max_points,
+    )
+    steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
+    diagnosis = fuse(
+        curves, suspects, evidence.clock, float(ram.limit_bytes - ram.end_bytes), steps_per_s,
+        tracked=bool(evidence.holder_series), on_accelerator=evidence.holders_on_accelerator,
+        device_headroom_bytes=None if vram is None else vram_headroom_bytes(vram), searched=evidence.holder_search,
+    )
+    death_advice = worker_death_advice(evidence, ram, shm)
+    if shm is not None and not death_advice:
+        warning = shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
+        death_advice += [warning] if warning else []
+    rates, clock = rates_of(diagnosis), evidence.clock
+    if diagnosis.resource is not None and diagnosis.per_step_bytes is not None:
+        rates[diagnosis.resource] = diagnosis.per_step_bytes  # the table quotes the verdict's own rate
+
+    def with_rate(summary: _Summary | None, resource: str) -> _Summary | None:
+        return None if summary is None else replace(summary, per_step_bytes=per_step(rates, timeline, resource, clock))
+
+    report = Report(
+        status=status_of(exc),
+        wall_s=evidence.wall_s,
+        samples=by_time.count,
+        interval_s=evidence.interval_s,
+        steps=evidence.steps,
+        epochs=timeline.epoch_count(evidence.training_loader),
+        ram=replace(ram, per_step_bytes=per_step(rates, timeline, "ram", clock)),
+        heap=with_rate(heap, "heap"),
+        vram=with_rate(vram, "vram"),
+        shm=with_rate(shm, "shm"),
+        workers=workers,
+        verdict=diagnosis.verdict,
+        leak_kind=diagnosis.leak_kind,
+        resource=diagnosis.resource,
+        steps_to_exhaustion=diagnosis.steps_to_exhaustion,
+        suspects=without_flat(without_ruled_out(suspects, curves, evidence.holders_on_accelerator)),
+        advice=(*evidence.guard_advice, *death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
+        seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
+        per_step_error_bytes=diagnosis.per_step_error_bytes,
+        sporadic_steps=diagnosis.sporadic_steps,
+        error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
+        source_errors=evidence.source_errors,
+        clock=clock,
+        optimizer_steps=evidence.steps if evidence.optimizer_steps is None else evidence.optimizer_steps,
+        per_epoch_bytes=diagnosis.per_epoch_bytes,
+        live_suspects_at_step=evidence.live_suspects_at_step,
+        timeline=timeline,
+    )
+    return with_ranks(report, evidence.ranks)

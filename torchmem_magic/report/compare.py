@@ -1,0 +1,178 @@
+"""What changed between two saved runs of the same training (`python -m torchmem_magic compare A B`):
+per rank (or for the one process) its peak, its growth per step, its verdict and its holders, and
+whether memory growth regressed, so that CI can fail on it.
+
+Growth regressed when a run that was clean (or not yet judged) now leaks or is suspect, or when a
+leak's rate grew by more than the tolerance (and by more than MIN_RATE_CHANGE_BYTES a step, below
+which a rate is noise). A peak that grew is said, and fails only when a peak tolerance is given.
+Rates of different step clocks (per optimizer step against per batch) are not compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..core.model import RankSummary, ReportData, Suspect
+from ..core.units import format_bytes, rate_unit
+
+DEFAULT_TOLERANCE = 0.20
+MIN_RATE_CHANGE_BYTES = 1024.0
+BAD_VERDICTS = ("leak", "suspect")
+HOLDERS_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What one rank (or the single process) of a saved run says, as compared."""
+
+    label: str  # "rank 1", or "run" for a single process
+    peak_bytes: float
+    peak_of: str  # "VRAM" where the run used a device, else "RAM"
+    rate_bytes: float | None  # the verdict's growth per step, where it leaks or is suspect
+    clock: str
+    verdict: str
+    holders: tuple[str, ...]  # the largest holders' names
+
+
+@dataclass(frozen=True)
+class Change:
+    """One rank's comparison: its figures in each run, and what regressed."""
+
+    label: str
+    base: RunFigures | None
+    new: RunFigures | None
+    regressions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    changes: tuple[Change, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def regressed(self) -> bool:
+        return any(change.regressions for change in self.changes)
+
+
+def _holders(suspects: Sequence[Suspect]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s.name for s in suspects))[:HOLDERS_SHOWN]
+
+
+def _figures(label: str, part: ReportData | RankSummary) -> RunFigures:
+    vram = part.vram.allocated_peak_bytes if part.vram is not None and part.vram.allocated_peak_bytes else None
+    rate = None
+    if part.verdict in BAD_VERDICTS:
+        if isinstance(part, RankSummary):
+            rate = part.per_step_bytes
+        else:
+            by_resource = {"ram": part.ram.per_step_bytes, "heap": part.heap.per_step_bytes if part.heap else None,
+                           "vram": part.vram.per_step_bytes if part.vram else None}
+            rate = by_resource.get(part.resource or "")
+    return RunFigures(
+        label=label, peak_bytes=float(vram if vram is not None else part.ram.peak_bytes),
+        peak_of="VRAM" if vram is not None else "RAM", rate_bytes=rate, clock=part.clock, verdict=part.verdict,
+        holders=_holders(part.suspects),
+    )
+
+
+def run_figures(report: ReportData) -> dict[str, RunFigures]:
+    """Each rank's figures by label; the process's own as "run" when it had no ranks."""
+    if not report.ranks:
+        return {"run": _figures("run", report)}
+    ranks = sorted(report.ranks, key=lambda r: r.rank)
+    own = {r.rank: tuple(s for s in report.suspects if s.rank == r.rank) for r in ranks}
+    out = {}
+    for rank in ranks:
+        figures = _figures(f"rank {rank.rank}", rank)
+        if not figures.holders and own[rank.rank]:  # a rank summary without its holders: the report's, by rank
+            figures = RunFigures(**{**figures.__dict__, "holders": _holders(own[rank.rank])})
+        out[figures.label] = figures
+    return out
+
+
+def _regressions(base: RunFigures, new: RunFigures, tolerance: float, peak_tolerance: float | None) -> list[str]:
+    found = []
+    if new.verdict in BAD_VERDICTS and base.verdict not in BAD_VERDICTS:
+        rate = "" if new.rate_bytes is None else f" at {format_bytes(new.rate_bytes, signed=True)}/{rate_unit(new.clock)}"
+        found.append(f"{new.label} was {base.verdict}, now {new.verdict}{rate}")
+    elif (
+        new.verdict in BAD_VERDICTS and base.rate_bytes is not None and new.rate_bytes is not None
+        and base.clock == new.clock
+        and new.rate_bytes > base.rate_bytes * (1 + tolerance)
+        and new.rate_bytes - base.rate_bytes > MIN_RATE_CHANGE_BYTES
+    ):
+        unit = rate_unit(new.clock)
+        found.append(
+            f"{new.label}'s growth {format_bytes(base.rate_bytes, signed=True)} → "
+            f"{format_bytes(new.rate_bytes, signed=True)}/{unit} (tolerance {tolerance:.0%})"
+        )
+    if peak_tolerance is not None and new.peak_bytes > base.peak_bytes * (1 + peak_tolerance):
+        found.append(f"{new.label}'s {new.peak_of} peak {format_bytes(base.peak_bytes)} → "
+                     f"{format_bytes(new.peak_bytes)} (tolerance {peak_tolerance:.0%})")
+    return found
+
+
+def compare(
+    base: ReportData, new: ReportData, tolerance: float = DEFAULT_TOLERANCE, peak_tolerance: float | None = None
+) -> Comparison:
+    """The two runs, rank by rank (a rank in one run only is said, and is no regression)."""
+    before, after = run_figures(base), run_figures(new)
+    changes, notes = [], []
+    for label in sorted(before.keys() | after.keys(), key=_label_order):
+        a, b = before.get(label), after.get(label)
+        if a is None or b is None:
+            notes.append(f"{label} is only in the {'new' if a is None else 'base'} run")
+            changes.append(Change(label, a, b))
+            continue
+        if a.clock != b.clock and (a.rate_bytes is not None or b.rate_bytes is not None):
+            notes.append(f"{label}: growth per {rate_unit(a.clock)} and per {rate_unit(b.clock)} are not compared")
+        changes.append(Change(label, a, b, tuple(_regressions(a, b, tolerance, peak_tolerance))))
+    return Comparison(tuple(changes), tuple(notes))
+
+
+def _label_order(label: str) -> tuple[int, str]:
+    number = label.removeprefix("rank ")
+    return (int(number), "") if number.isdigit() else (-1, label)
+
+
+def _rate(figures: RunFigures | None) -> str:
+    if figures is None:
+        return "—"
+    if figures.rate_bytes is None:
+        return "flat" if figures.verdict == "clean" else "—"
+    return f"{format_bytes(figures.rate_bytes, signed=True)}/{rate_unit(figures.clock)}"
+
+
+def _peak(a: RunFigures | None, b: RunFigures | None) -> str:
+    if a is None or b is None:
+        only = a if a is not None else b
+        return "—" if only is None else format_bytes(only.peak_bytes)
+    change = f" ({(b.peak_bytes / a.peak_bytes - 1) * 100:+.1f}%)" if a.peak_bytes > 0 else ""
+    return f"{format_bytes(a.peak_bytes)} → {format_bytes(b.peak_bytes)}{change}"
+
+
+def comparison_text(comparison: Comparison, base_name: str, new_name: str) -> str:
+    """A table, a rank a row, then what regressed (or that nothing did)."""
+    rows = [["", "peak", "growth", "verdict", "holders"]]
+    for change in comparison.changes:
+        a, b = change.base, change.new
+        verdict = f"{a.verdict if a else '—'} → {b.verdict if b else '—'}"
+        holders = []
+        if a is not None and b is not None:
+            holders += [f"+{name}" for name in b.holders if name not in a.holders]
+            holders += [f"−{name}" for name in a.holders if name not in b.holders]
+            if not holders and b.holders:
+                holders = [", ".join(b.holders)]
+        rows.append([change.label, _peak(a, b), f"{_rate(a)} → {_rate(b)}", verdict, " ".join(holders)])
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [f"compare {base_name} → {new_name}"]
+    lines += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4] for row in rows]
+    lines = [line.rstrip() for line in lines]
+    lines += [f"  note: {note}" for note in comparison.notes]
+    regressions = [r for change in comparison.changes for r in change.regressions]
+    if regressions:
+        lines += [f"  regressed: {r}" for r in regressions]
+    else:
+        lines.append("  memory growth did not regress")
+    return "\n".join(lines)

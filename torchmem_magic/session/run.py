@@ -1,0 +1,423 @@
+"""One memwatch run: probes + sampler thread + torch hooks + leak finder, started and stopped as a unit.
+
+The session gathers; `report.py` decides and assembles. Every front end (the cell magic, the script
+API, the command line, a rank's agent) builds its `SessionOptions` once and drives a `MemwatchSession`.
+The session owns its parts, each with its own state: the step clock (`StepCounter`), the leak finder,
+the probes; those who watch the run go (listeners, the flight recorder, the guard) get a read-only
+`LiveView`. Stopping always removes hooks and joins the thread before anything else, so nothing is
+left behind after an exception or KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..tracing.grad_mode import grad_enabled, restore_after_cut_step
+from ..tracing.guard import MemoryGuard
+from ..analysis.holders import needs_holder_search
+from ..tracing.hooks import LoaderPass, StepClock, TrainingHooks
+from ..finder.leak_finder import LeakFinder, LeakSearch
+from .lifecycle import (
+    Ending, Registry, collect_young_garbage, cuts_in_anywhere, despite_interrupts, despite_worker_deaths,
+)
+from .live_view import Listener, LiveView
+from ..core.model import Clock, Suspect
+from ..core.options import SessionOptions
+from ..probes.accelerator import parse_device
+from ..probes.base import merged_errors
+from ..probes.bundle import ProbeBundle
+from ..ranks.relay import RelayTimeline
+from ..ranks.settings import ForkedProcessHandler, RankSettings
+from ..report.assemble import RunEvidence, assemble_report
+from ..render.results import Report
+from ..tracing.sampler import Sampler
+from ..core.step_requests import StepRequests
+from ..tracing.steps import RunTime, StepCounter
+from ..core.timeline import Timeline
+from .tracebacks import give_lines
+
+if TYPE_CHECKING:
+    from ..flight.recorder import FlightRecorder
+    from ..ranks.feed import RankFeeds
+    from ..ranks.launch_env import ExportedToChildren
+    from ..ranks.transport import Outbox
+
+_registry: Registry[MemwatchSession, Report] = Registry()
+
+
+def last_report() -> Report | None:
+    """The Report of the most recent `%%memwatch` cell or `memwatch()` block, or None."""
+    return _registry.last
+
+
+def active_session() -> MemwatchSession | None:
+    return _registry.active
+
+
+def forget_inherited_sessions() -> None:
+    """In a forked process: the watcher's session (copied with the memory) is not this process's."""
+    _registry.forget_inherited()
+
+
+class MemwatchSession:
+    """Samples memory while a block of code runs.
+
+    Args:
+        options: what to watch and how (see `SessionOptions`).
+        search: where the leak finder looks (None: no scan).
+        listener: live renderer (see `Listener`).
+        recorder: writes the run's flight record as it goes; removed when the run ends.
+        relay_to: where the timeline's rows are also queued (a rank's stream to its watcher).
+        rank_agent: how a process forked from this one that trains is watched as a rank (None: it is not).
+        adopt_hooks: hooks a forked process inherited, counted for this session instead of new ones.
+        clock: wall clock in seconds; cpu_clock: this thread's CPU time (what a step sample costs, a GIL
+            wait excluded). Both injectable for tests.
+    """
+
+    def __init__(
+        self,
+        options: SessionOptions | None = None,
+        *,
+        search: LeakSearch | None = None,
+        listener: Listener | None = None,
+        recorder: FlightRecorder | None = None,
+        relay_to: Outbox | None = None,
+        rank_agent: ForkedProcessHandler | None = None,
+        adopt_hooks: TrainingHooks | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
+        self.options = options = options if options is not None else SessionOptions()
+        self._devices = None if options.device is None else [parse_device(str(options.device))]
+        self.listener, self.recorder = listener, recorder
+        self._rank_agent, self._adopt_hooks = rank_agent, adopt_hooks
+        self._cpu_clock = cpu_clock
+        outbox = relay_to if relay_to is not None else (recorder.outbox if recorder is not None else None)
+        rows = options.timeline_rows
+        self.timeline = Timeline(rows) if outbox is None else RelayTimeline(outbox, rows)
+        self.runtime = RunTime(clock)
+        self.step_counter = StepCounter()
+        self.finder = None if search is None else LeakFinder(search, _registry.scan_memo, options.keep_scanned_holders)
+        self.requests = StepRequests(on_error=self._absorb_callback_error)
+        self.probes: ProbeBundle | None = None
+        self.ranks: RankFeeds | None = None
+        self._children_env: ExportedToChildren | None = None
+        self.guard: MemoryGuard | None = None  # made at start, once the limits are known
+        self.view: LiveView | None = None
+        self.evidence: RunEvidence | None = None  # what the report was assembled from
+        self.report: Report | None = None
+        self._hooks: TrainingHooks | None = None
+        self._sampler: Sampler | None = None
+        self._grad_enabled_at_start = True
+
+    @property
+    def running(self) -> bool:
+        return self.runtime.running
+
+    @property
+    def clock(self) -> Clock:
+        """What a step is: the best step clock seen so far ("time" while none ticked)."""
+        return self.step_counter.clock
+
+    @property
+    def steps(self) -> int:
+        return self.step_counter.steps
+
+    @property
+    def own_cpu_s(self) -> float:
+        """CPU time memwatch itself used: the step samples, the sampler thread (known once stopped) and
+        the leak finder's scans during the run (the benchmarks compare it with the wall time)."""
+        scans_s = self.finder.spent_s if self.finder is not None else 0.0
+        return self.step_counter.samples_cpu_s + scans_s + (self._sampler.cpu_s if self._sampler is not None else 0.0)
+
+    # ------------------------------------------------------------------ the training thread
+    def tick(self, clock: StepClock) -> None:
+        """A step of any clock, on the thread that made it (also one a rank made before it adopted the
+        hooks): must stay cheap. Requests (clicks, the guard's stop) and the leak finder's scans run
+        here, between two steps; a sampled step reads only the ~1 µs counters and queues its row (with a
+        guard, /dev/shm too, for its check); a step not sampled reads nothing."""
+        __tracebackhide__ = True
+        steps = self.step_counter
+        if clock in steps.lesser:  # e.g. the backward pass of a loop with an optimizer: counted, no more
+            steps.counts[clock] += 1
+            return
+        generation = steps.generation
+        step = steps.count(clock, self._hooks.current_loader if self._hooks is not None else None)
+        if step is None:
+            return
+        if steps.generation != generation:
+            self._clock_replaced()
+        if self.requests.pending:
+            self.requests.run(step)
+        finder = self.finder
+        if finder is not None and finder.scan_due(step):
+            finder.scan(step)
+        if step >= steps.sampling.next_sampled_step:
+            self._sample_step(step)
+
+    def _sample_step(self, step: int) -> None:
+        """A sampled step: its step-aligned row, and the guard's check of it, which may raise its
+        MemoryGuardError at this very step (a fill can pass the threshold within a sampling interval)
+        and brings the next sampled step closer as a resource nears its threshold. The check's cost
+        counts as the sample's, so away from the thresholds the stride keeps samples in their budget."""
+        __tracebackhide__ = True
+        steps, guard = self.step_counter, self.guard
+        started_s, cpu_started_s = self.runtime.clock(), self._cpu_clock()
+        assert self.probes is not None
+        row = self.probes.step_row()
+        row["t_s"], row["step"] = started_s - (self.runtime.started_s or 0.0), float(step)
+        if guard is not None and self.view is not None:
+            stop = guard.check_step(row, self.view, steps.sampling.stride)
+            if stop is not None:
+                self.requests.raise_at_step(stop)
+        steps.queue(row, step, started_s, self._cpu_clock() - cpu_started_s)
+        if guard is not None:
+            steps.sampling.sample_within(guard.next_check_steps)
+            if self.requests.pending:  # this check's error, or the sampler's that came since the step began
+                self.requests.run(step)
+
+    def _clock_replaced(self) -> None:
+        """A better clock: the holders' and the guard's steps so far meant something else."""
+        if self.finder is not None:
+            self.finder.restart()
+        if self.guard is not None:
+            self.guard.restart_steps()
+
+    def pass_started(self, loader_pass: LoaderPass) -> None:
+        """A DataLoader pass began (also one that began before this session's hooks were its own)."""
+        workers = loader_pass.workers
+        self.step_counter.pass_started(
+            self.timeline, self.runtime.elapsed_s(), loader_pass.loader, loader_pass.batches, len(workers)
+        )
+        if workers and self.probes is not None:
+            self.probes.announce_workers(workers)
+
+    def _absorb_callback_error(self, exc: Exception) -> None:
+        assert self._hooks is not None
+        self._hooks.absorb_error(exc)
+
+    # ------------------------------------------------------------------ the sampler thread
+    def _background_row(self) -> dict[str, float]:
+        """The full reading, incl. children discovery and PSS at their slow rates."""
+        self.step_counter.file_rows(self.timeline, self._cpu_clock)
+        if self.ranks is not None:
+            self.ranks.poll()
+        assert self.probes is not None
+        running = not self.runtime.ended
+        row = self.probes.background_row(running)
+        row["t_s"], row["step"] = self.runtime.elapsed_s(), float(self.step_counter.steps)
+        if running and self.view is not None:
+            if self.recorder is not None:  # the row itself is recorded when the sampler appends it: at the next flush
+                self.recorder.on_sample(self.view, row["t_s"])
+            if self.guard is not None:
+                stop = self.guard.check(row, self.view)
+                if stop is not None:
+                    self.requests.raise_at_step(stop)
+        return row
+
+    def _on_sampler_tick(self) -> float | None:
+        if self.listener is not None and self.view is not None:
+            return self.listener.on_tick(self.view)
+        return None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> MemwatchSession:
+        """Install probes, hooks and the sampler thread. RuntimeError if another session is active."""
+        with _registry.lock:
+            if _registry.active is not None:
+                raise RuntimeError("only one memwatch session can be active at a time")
+            if self.runtime.started_s is not None or self.probes is not None:
+                raise RuntimeError("a MemwatchSession can only be started once")
+            _registry.active = self
+        options = self.options
+        try:
+            self._grad_enabled_at_start = grad_enabled()
+            probes = self.probes = ProbeBundle(options.shm_path, self._devices)
+            if options.watch_ranks:
+                from ..ranks.feed import RankFeeds
+                from ..ranks.launch_env import ExportedToChildren
+
+                self.ranks = RankFeeds(self.runtime.clock)
+                # torchrun or a spawned launcher started in the block: its ranks stream here as forked ones do
+                self._children_env = ExportedToChildren()
+                self._children_env.export(self.ranks.address, options.interval_ms, self.finder is not None,
+                                          options.guard_share)
+            if options.guard_share is not None:
+                shm = probes.shm_usage()
+                self.guard = MemoryGuard(
+                    options.guard_share, probes.limit, shm.total_bytes if shm else None, probes.accelerator,
+                    options.interval_s, shm=probes.shm,
+                )
+            if self.finder is None or not self.finder.inherits_scan:  # a forked rank's watcher collected just before
+                collect_young_garbage()
+            if self.finder is not None:  # what each name held before the cell: `new_in_cell`
+                self.finder.start()
+            self.view = LiveView(options, self.runtime, self.step_counter, self.timeline, probes, self.finder, self.ranks, self.guard)
+            self.runtime.start()
+            if self.ranks is not None:
+                self.ranks.start(self.runtime.started_s or 0.0)
+            self.timeline.by_time.append(self._background_row())
+            if self.recorder is not None:
+                self.recorder.start(self.view)
+            on_forked = self._forked_process_handler()
+            if self._adopt_hooks is not None:
+                self._hooks = self._adopt_hooks
+                self._hooks.adopt(self.tick, self.pass_started, on_forked)
+            elif options.train_hooks:
+                self._hooks = TrainingHooks(self.tick, self.pass_started, on_forked)
+                self._hooks.install()
+            listener = self.listener
+            self._sampler = Sampler(
+                self._background_row, self.timeline.by_time, options.interval_s,
+                on_tick=self._on_sampler_tick if listener is not None else None,
+                tick_period_s=getattr(listener, "tick_period_s", 0.5),
+                on_tick_share=getattr(listener, "tick_cpu_share", None),
+                tick_max_period_s=getattr(listener, "tick_max_period_s", None),
+                clock=self.runtime.clock, cpu_clock=self._cpu_clock,
+            )
+            self._sampler.start()
+            self.requests.start()
+        except BaseException:  # a KeyboardInterrupt during the scan before the run, too
+            self._teardown()
+            despite_interrupts(self._close_sources, [])  # an interrupt during the start: no socket directory left
+            raise
+        return self
+
+    def _forked_process_handler(self) -> Callable[[TrainingHooks, StepClock | None], None] | None:
+        """How a process forked from this one is watched: as a rank streaming to this session."""
+        if self.ranks is None or self._rank_agent is None:
+            return None
+        search = {} if self.finder is None else self.finder.forked_search()
+        # each rank watches the devices it uses itself
+        settings = RankSettings(self.ranks.address, self.options.interval_ms, shm_path=self.options.shm_path, **search)
+        return functools.partial(self._rank_agent, settings)
+
+    def _teardown(self) -> None:
+        """Remove hooks and stop the thread; idempotent, and first thing done on every exit path."""
+        self.requests.close()
+        try:
+            if self._hooks is not None:
+                self._hooks.remove()
+            if self._sampler is not None:
+                self._sampler.stop()
+        finally:  # an interrupt while the sampler is joined must not leave this session active for good
+            with _registry.lock:
+                if _registry.active is self:
+                    _registry.active = None
+
+    def _let_go(self) -> None:
+        """Let go of the roots provider (it may reference the user's namespace) and close the sources
+        (safe to repeat: an rmtree cut short leaves the directory)."""
+        if self.finder is not None:
+            self.finder.close()
+        self._close_sources()
+
+    def _close_sources(self) -> None:
+        """Close the /proc readers, the ranks' socket (and its temp directory), and remove the flight
+        record: the run ended with this process alive."""
+        if self.probes is not None:
+            self.probes.close()
+        if self._children_env is not None:
+            self._children_env.restore()
+        if self.ranks is not None:
+            self.ranks.close()
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def stop(self, exc: BaseException | None = None) -> Report:
+        """End the session (idempotent) and return its Report; `exc` is what ended the block, if anything.
+
+        A DataLoader worker's death that torch's SIGCHLD handler raises into this method (it raises
+        into whatever runs at that moment) is raised once the report exists (chained to `exc`), never
+        lost; when `exc` is that death already, repeats are dropped. Which worker died and how is
+        read from the workers' exit statuses, whatever exception the loop happened to see. A
+        KeyboardInterrupt while the session stops (the end scan takes up to a second) finishes the
+        teardown and makes the report without the leak finder, then the interrupt is raised.
+        """
+        if self.report is not None:
+            return self.report
+        ending = Ending(exc)
+        try:
+            ending.run(self._teardown)
+        finally:
+            ending.run(self.runtime.end)
+        if restore_after_cut_step(exc, self._grad_enabled_at_start):
+            print("torchmem_magic: the interrupt cut into the optimizer's step as it put autograd's grad mode back; "
+                  f"grad mode is {'on' if self._grad_enabled_at_start else 'off'} again, as before the run", file=sys.stderr)
+
+        def make_report(scan: bool) -> None:
+            self._final_readings()
+            finder, steps = self.finder, self.step_counter.steps
+            suspects = finder.finish(scan, steps) if finder is not None else ()
+            self.evidence = self._evidence(ending.ended_by(), suspects)
+            self.report = assemble_report(self.evidence)
+            report = self.report
+            if scan and finder is not None and needs_holder_search(report.verdict, report.suspects):
+                summary = getattr(report, report.resource or "", None)
+                per_step = getattr(summary, "per_step_bytes", None) or 0.0
+                grown = per_step * (report.wall_s if report.clock == "time" else steps)
+                self.evidence = replace(self.evidence, holder_search=finder.search_unheld(steps, grown))
+                self.report = assemble_report(self.evidence)
+
+        try:
+            ending.run_or_fall_back(lambda: make_report(True), lambda: make_report(False))
+        finally:
+            ending.run(self._let_go)  # a death or a Ctrl-C here must not lose the report: it is not stored yet
+        assert self.report is not None
+        report = _registry.last = self.report
+        listener, view = self.listener, self.view
+        if view is not None:
+            view._finished(report)
+            if listener is not None:
+                despite_worker_deaths(lambda: listener.on_finish(view, report), ending.deaths)
+        if self.options.print_report:
+            print(report)
+        ending.raise_kept()
+        return report
+
+    def _final_readings(self) -> None:
+        """One last background reading (also as a step-aligned row if the stride skipped the last steps)."""
+        if self.ranks is not None:
+            self.ranks.poll(force=True)  # what the ranks sent since the sampler's last read
+        row = self._background_row()  # also files queued step rows
+        self.timeline.by_time.append(row)
+        self.step_counter.final_row(self.timeline, row)
+
+    def _evidence(self, ended_by: BaseException | None, suspects: tuple[Suspect, ...]) -> RunEvidence:
+        """What this run gathered, as plain data for `assemble_report`."""
+        assert self.probes is not None
+        counter, finder = self.step_counter, self.finder
+        errors = [*self.probes.error_counts(), *(part.errors for part in (self._hooks, self._sampler) if part is not None)]
+        return RunEvidence(
+            timeline=self.timeline,
+            wall_s=self.runtime.elapsed_s(),
+            interval_s=self.options.interval_s,
+            **self.probes.evidence_fields(),
+            **counter.evidence_fields(self.timeline),
+            suspects=suspects,
+            exception=ended_by,
+            source_errors=merged_errors(errors),
+            **({} if finder is None else finder.evidence_fields()),
+            ranks=None if self.ranks is None else self.ranks.summaries(ended_by),
+            guard_advice=() if self.guard is None else self.guard.advice(ended_by, counter.clock, counter.steps),
+        )
+
+    def __enter__(self) -> MemwatchSession:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:  # a Ctrl-C's traceback, too, must be one IPython can show
+            give_lines(exc)
+        try:
+            self.stop(exc)
+        except BaseException as cut:  # a Ctrl-C or a worker's death at stop()'s first line, before its `try`
+            if self.report is not None or not cuts_in_anywhere(cut):
+                raise
+            self.stop(exc)
+            if exc is None:  # it ends the block, as it would have in the body
+                raise

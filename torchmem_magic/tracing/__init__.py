@@ -1,0 +1,5 @@
+"""What runs beside the user's loop: the step clocks and epoch markers (hooks.py), the run's clocks
+(steps.py), the sampling thread (sampler.py), the memory guard (guard.py) and autograd's grad mode after an
+interrupt (grad_mode.py).
+
+Imports: probes/, finder/ and every floor below."""

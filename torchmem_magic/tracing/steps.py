@@ -1,0 +1,137 @@
+"""The run's clocks: its seconds (`RunTime`), and its steps (`StepCounter`: which clock counts them, how
+many each clock made, which loader's batches carry them, and the step-aligned rows the training
+thread queues for the sampler thread to file)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..core.model import STEP_CLOCKS, Clock
+from ..report.assemble import training_loader
+from ..core.step_sampling import StepSamplingPolicy
+from ..core.timeline import Row, Timeline
+
+
+class RunTime:
+    """When the run started and ended, on the session's clock (seconds) and on the wall clock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.started_s: float | None = None
+        self.ended_s: float | None = None
+        self.started_wall_s = 0.0
+
+    def start(self) -> None:
+        self.started_s, self.started_wall_s = self.clock(), time.time()
+
+    def end(self) -> None:
+        self.ended_s = self.clock()
+
+    @property
+    def running(self) -> bool:
+        return self.started_s is not None and self.ended_s is None
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_s is not None
+
+    def elapsed_s(self) -> float:
+        """Seconds since the start (until the end); 0 before it."""
+        if self.started_s is None:
+            return 0.0
+        return (self.ended_s if self.ended_s is not None else self.clock()) - self.started_s
+
+
+class StepCounter:
+    """Counts the steps of every clock; the best clock seen so far is what a step is (optimizer steps,
+    then backward passes, then batches, then forward calls; "time" before any ticked). Only the best
+    clock's steps are sampled, on the `StepSamplingPolicy`'s schedule: a better clock replaces the
+    current one with a dense start of its own, and the rows queued under the old one are dropped."""
+
+    def __init__(self) -> None:
+        self.counts: dict[Clock, int] = dict.fromkeys(STEP_CLOCKS, 0)
+        self.clock: Clock = "time"
+        self.generation = 0  # bumped when a better clock replaces the current one
+        #: the clocks ranked below the current one, whose steps are only counted (a loop's backward passes
+        #: once its optimizer stepped): the session counts them without a call, at every step
+        self.lesser: frozenset[Clock] = frozenset()
+        self._filed_generation = 0
+        self._loader_credits: dict[tuple[Clock, int], int] = {}  # steps of each clock made on each loader's batches
+        self.sampling = StepSamplingPolicy()
+        self._rows: deque[tuple[int, Row]] = deque(maxlen=100_000)  # (generation, row), filed every tick
+        self.first_pass_batches: int | None = None  # batches of the first pass with workers (copy-on-access)
+        self.samples_cpu_s = 0.0  # what the step samples cost on the training thread
+
+    @property
+    def steps(self) -> int:
+        """Steps of the best clock so far (0 while the clock is time)."""
+        return self.counts[self.clock] if self.clock != "time" else 0
+
+    def count(self, clock: Clock, loader: int | None) -> int | None:
+        """A step of `clock`, made on `loader`'s batches (None: no loader): its step number when `clock`
+        is the best seen so far, None when it is a lesser one (counted only)."""
+        counts = self.counts
+        counts[clock] += 1
+        if clock != self.clock:
+            if self.clock != "time" and STEP_CLOCKS.index(clock) > STEP_CLOCKS.index(self.clock):
+                return None
+            self.clock = clock
+            self.lesser = frozenset(STEP_CLOCKS[STEP_CLOCKS.index(clock) + 1 :])
+            self.generation += 1
+            self.sampling = StepSamplingPolicy()
+        if loader is not None:  # the steps made on each loader's batches tell the training loader
+            key = (clock, loader)
+            self._loader_credits[key] = self._loader_credits.get(key, 0) + 1
+        return counts[clock]
+
+    def queue(self, row: Row, step: int, started_s: float, cost_s: float) -> None:
+        """Training thread: a step-aligned row, for the sampler thread to file."""
+        self._rows.append((self.generation, row))
+        self.samples_cpu_s += cost_s
+        self.sampling.sampled(step, started_s, cost_s)
+
+    def file_rows(self, timeline: Timeline, cpu_clock: Callable[[], float]) -> None:
+        """Sampler thread: file the queued rows; what that costs counts against the step budget. Rows
+        of a clock that a better one replaced are dropped, and so are the series' rows."""
+        rows, count = self._rows, 0
+        started = cpu_clock()
+        while rows:
+            generation, row = rows.popleft()
+            if generation < self._filed_generation:
+                continue
+            if generation > self._filed_generation:
+                self._filed_generation = generation
+                timeline.restart_steps()
+            timeline.by_step.append(row)
+            count += 1
+        self.sampling.filed(count, cpu_clock() - started)
+
+    def pass_started(self, timeline: Timeline, t_s: float, loader: int, batches: int | None, workers: int) -> None:
+        """A loader pass (an epoch when it is the training loader's) began."""
+        timeline.add_pass(t_s, loader, tuple(self.counts[c] for c in STEP_CLOCKS))
+        if workers and batches and self.first_pass_batches is None:
+            self.first_pass_batches = batches
+
+    def training_loader(self, timeline: Timeline) -> int | None:
+        """The loader whose batches carry the steps: its passes are the epochs (None: no loader)."""
+        return training_loader(self.clock, self._loader_credits, timeline.passes)
+
+    def final_row(self, timeline: Timeline, row: Row) -> None:
+        """The last reading also as a step-aligned row, at the last step: when the stride skipped the
+        last steps, a jump there must still be seen; when the last step was sampled too, this reading,
+        taken after the loop, still sees what the end of the block released (a helper's list gone)."""
+        if self.steps > self.sampling.last_sampled_step:
+            self.sampling.mark_sampled(self.steps)
+        elif self.steps < 1:
+            return
+        timeline.by_step.append(row)
+
+    def evidence_fields(self, timeline: Timeline) -> dict[str, Any]:
+        """The run's evidence that the steps tell (fields of RunEvidence)."""
+        return {
+            "steps": self.steps, "clock": self.clock, "optimizer_steps": self.counts["optimizer"],
+            "training_loader": self.training_loader(timeline), "first_pass_batches": self.first_pass_batches,
+        }
