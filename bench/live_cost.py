@@ -30,7 +30,7 @@ from torchmem_magic.core import resources
 from torchmem_magic.tracing.hooks import LoaderPass
 from torchmem_magic.session.live_view import LiveView
 from torchmem_magic.core.options import SessionOptions
-from torchmem_magic.report.assemble import LIVE_VERDICT_ROWS, short_verdict
+from torchmem_magic.report.live_status import LIVE_VERDICT_ROWS, short_verdict
 from torchmem_magic.session.run import MemwatchSession
 from torchmem_magic.widgets.live import LiveFigure
 

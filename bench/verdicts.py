@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from leaky_loops import CLEAN, LEAKS, SETUP  # noqa: E402
 
 from torchmem_magic import MemwatchSession  # noqa: E402
-from torchmem_magic.analysis.verdict import MIB, Series, decide  # noqa: E402
+from torchmem_magic.analysis.findings import Series  # noqa: E402
+from torchmem_magic.analysis.verdict import MIB, decide  # noqa: E402
 from torchmem_magic.finder.scan.results import Root  # noqa: E402
 from torchmem_magic.core.options import SessionOptions
 from torchmem_magic.finder.leak_finder import LeakSearch

@@ -5,7 +5,8 @@ with the batches. PSS is read a few times a second and carried into the steps in
 
 from __future__ import annotations
 
-from torchmem_magic.analysis.verdict import MIB, Series, decide
+from torchmem_magic.analysis.findings import Series
+from torchmem_magic.analysis.verdict import MIB, decide
 
 BASE = 230 * MIB
 

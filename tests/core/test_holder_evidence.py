@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from torchmem_magic.analysis.holders import fuse, holder_trend, without_flat
+from torchmem_magic.analysis.holders import fuse
+from torchmem_magic.analysis.holder_trends import holder_trend, without_flat
 from torchmem_magic.core.model import Suspect
-from torchmem_magic.analysis.verdict import Diagnosis, ResourceFinding
+from torchmem_magic.analysis.findings import Diagnosis, ResourceFinding
 
 KIB, MIB = 1 << 10, 1 << 20
 FILL = 128 * KIB  # a window of detached tensors: one 128 KiB tensor a step, cleared every CYCLE steps

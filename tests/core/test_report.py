@@ -16,9 +16,9 @@ from torchmem_magic.report.assemble import (
     WorkerEvidence,
     assemble_report,
     diagnose,
-    live_status,
     vram_headroom_bytes,
 )
+from torchmem_magic.report.live_status import live_status
 from torchmem_magic.core.timeline import Timeline
 
 MIB = 1 << 20

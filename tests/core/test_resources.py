@@ -11,7 +11,7 @@ import textwrap
 from torchmem_magic.core import resources
 from torchmem_magic.ranks.protocol import row_of, row_values
 from torchmem_magic.render.static import CURVES
-from torchmem_magic.report.assemble import RATE_COLUMNS
+from torchmem_magic.report.rates import RATE_COLUMNS
 from torchmem_magic.core.timeline import COLUMNS
 from torchmem_magic.analysis.verdict import RESOURCE_ORDER
 
@@ -63,7 +63,8 @@ def test_a_new_row_reaches_the_columns_the_wire_the_detector_and_the_figure() ->
         from torchmem_magic.core.timeline import COLUMNS, Timeline
         from torchmem_magic.ranks.protocol import row_of, row_values
         from torchmem_magic.render.static import CURVES
-        from torchmem_magic.report.assemble import RATE_COLUMNS, diagnose
+        from torchmem_magic.report.assemble import diagnose
+        from torchmem_magic.report.rates import RATE_COLUMNS
         from torchmem_magic.analysis.verdict import RESOURCE_ORDER
         timeline = Timeline()
         for step in range(40):

@@ -9,7 +9,8 @@ import pytest
 
 from torchmem_magic.core.units import format_bytes
 from torchmem_magic.core.slopes import warmup_length
-from torchmem_magic.analysis.verdict import MIB, Series, analyse, decide
+from torchmem_magic.analysis.findings import Series
+from torchmem_magic.analysis.verdict import MIB, analyse, decide
 
 BASE = 600 * MIB
 
@@ -549,3 +550,21 @@ def test_a_ramp_then_a_plateau_as_long_is_what_the_verdict_comes_back_from() -> 
     verdicts = {last: decide([Series("heap", whole.steps[:last], whole.values[:last])]).verdict
                 for last in (120, 200, 340, 400)}
     assert verdicts[120] == verdicts[200] == "leak" and verdicts[340] == verdicts[400] == "clean", verdicts
+
+
+def test_the_rules_that_explain_growth_away_are_named_and_each_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RSS creeping while the heap in use stays flat is what the allocator keeps: no leak, said as a note. The
+    same run with that one rule switched off is a leak in RAM, and its note is gone."""
+    from torchmem_magic.analysis import verdict
+
+    assert [rule.__name__ for rule in verdict.EXPLAINING_RULES] == [
+        "_caching_allocator", "_copy_on_access", "_allocator_keeps_rss"]
+    steps = [float(s) for s in range(1, 101)]
+    series = [Series("heap", steps, noisy(100, 64 * 1024, seed=1)),
+              Series("ram", steps, noisy(100, 64 * 1024, seed=2, per_step=1 * MIB))]
+    kept = decide(series)
+    assert kept.verdict == "clean" and any(line.startswith("RSS grows while the heap in use is flat") for line in kept.advice)
+    monkeypatch.setattr(verdict, "EXPLAINING_RULES", tuple(
+        rule for rule in verdict.EXPLAINING_RULES if rule.__name__ != "_allocator_keeps_rss"))
+    off = decide(series)
+    assert (off.verdict, off.resource) == ("leak", "ram") and not any(line.startswith("RSS grows") for line in off.advice)

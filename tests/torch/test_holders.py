@@ -10,10 +10,11 @@ import torch
 
 from torchmem_magic.finder.holder_tracking import MAX_POINTS, HolderTracker
 from torchmem_magic.finder.scan_schedule import MAX_SCANS
-from torchmem_magic.analysis.holders import first_named_step, fuse, holder_trend, live_holder_line, with_trends
+from torchmem_magic.analysis.holders import fuse
+from torchmem_magic.analysis.holder_trends import first_named_step, holder_trend, live_holder_line, with_trends
 from torchmem_magic.core.model import Suspect
 from torchmem_magic.finder.scan.results import Root
-from torchmem_magic.analysis.verdict import Diagnosis
+from torchmem_magic.analysis.findings import Diagnosis
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -270,7 +271,7 @@ def test_the_end_scan_is_the_last_point_of_a_holder_whose_scans_stopped_early() 
     """A short loop's scans thin out: a holder measured up to step 50 of 240 grew less there than a leak's
     minimum, and more by the end. The end-of-cell scan's figure ends its series, so its trend covers the run;
     a name the run did not measure, a figure cut short and a holder without tensors get no point."""
-    from torchmem_magic.analysis.holders import MIN_GROWTH_BYTES
+    from torchmem_magic.analysis.holder_trends import MIN_GROWTH_BYTES
     from torchmem_magic.finder.leak_finder import with_end_points
     from torchmem_magic.finder.scan.results import RootStats
 

@@ -11,7 +11,8 @@ import pytest
 
 from torchmem_magic.report import assemble as report
 from torchmem_magic.core import resources
-from torchmem_magic.report.assemble import LIVE_VERDICT_ROWS, diagnose
+from torchmem_magic.report.assemble import diagnose
+from torchmem_magic.report.live_status import LIVE_VERDICT_ROWS
 from torchmem_magic.core.timeline import Timeline
 
 from idle_views import idle_view

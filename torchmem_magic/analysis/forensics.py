@@ -127,6 +127,24 @@ def _share(used: float, total: float | None) -> float | None:
     return used / total
 
 
+def _likeliest_cause(terminated_by: str | None, kills: dict[str, int], at_limit: list[str], ram_full: bool) -> str:
+    """What most likely ended a process that died during a run: a signal from outside, the OOM killer (its
+    counters went up, or RAM was at its limit), the limit a resource was at, or, said plainly, unknown."""
+    if terminated_by is not None:
+        return (f"{terminated_by} ended it from outside (a shutdown or restart of the kernel, a job scheduler's stop, "
+                "a kill command): not the lack of a resource" + (f", although {'; '.join(at_limit)}" if at_limit else ""))
+    if kills:
+        where = ", ".join(f"{n} in {'the system' if k == 'system' else k.removeprefix('cgroup:')}" for k, n in kills.items())
+        cause = f"the OOM killer killed processes since the run began ({where}): most likely this kernel"
+        return cause + (f"; {'; '.join(at_limit)}" if at_limit else "")
+    if ram_full:
+        return f"{at_limit[0]}: most likely the OOM killer"
+    if at_limit:
+        return f"{'; '.join(at_limit)}: what killed it cannot be known from the record, that limit is the likeliest"
+    return ("what killed it cannot be known from the record: no watched resource was near its limit (a kill from "
+            "outside, a crash in native code, or a kernel restarted while it ran)")
+
+
 def death_explanation(
     *,
     died_at: str,
@@ -171,22 +189,6 @@ def death_explanation(
         at_limit.append(f"/dev/shm was {shm_share:.0%} full")
     if vram_share is not None and vram_share >= NEAR_FULL:
         at_limit.append(f"VRAM was {vram_share:.0%} reserved")
-    if terminated_by is not None:
-        lines.append(
-            f"{terminated_by} ended it from outside (a shutdown or restart of the kernel, a job scheduler's stop, "
-            "a kill command): not the lack of a resource" + (f", although {'; '.join(at_limit)}" if at_limit else "")
-        )
-    elif kills:
-        where = ", ".join(f"{n} in {'the system' if k == 'system' else k.removeprefix('cgroup:')}" for k, n in kills.items())
-        cause = f"the OOM killer killed processes since the run began ({where}): most likely this kernel"
-        lines.append(cause + (f"; {'; '.join(at_limit)}" if at_limit else ""))
-    elif ram_share is not None and ram_share >= NEAR_FULL:
-        lines.append(f"{at_limit[0]}: most likely the OOM killer")
-    elif at_limit:
-        lines.append(f"{'; '.join(at_limit)}: what killed it cannot be known from the record, that limit is the likeliest")
-    else:
-        lines.append(
-            "what killed it cannot be known from the record: no watched resource was near its limit (a kill from "
-            "outside, a crash in native code, or a kernel restarted while it ran)"
-        )
+    ram_full = ram_share is not None and ram_share >= NEAR_FULL
+    lines.append(_likeliest_cause(terminated_by, kills, at_limit, ram_full))
     return lines

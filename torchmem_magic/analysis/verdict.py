@@ -23,11 +23,10 @@ The maths on one series (robust slopes, noise, jumps, the warm-up, a release at 
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..core import resources
 from ..core.model import VerdictName
@@ -42,6 +41,9 @@ from ..core.slopes import (
     warmup_length,
 )
 from ..core.units import format_bytes, format_duration, plural_noun, rate_unit, singular_noun
+from .epochs import closes_last_epoch, crossing_epochs, flat_within_epochs, per_epoch_growth
+from .findings import Diagnosis, ResourceFinding, Series, readings_of
+from .worker_growth import FIRST_TOUCH_BYTES_PER_WORKER, copy_on_access_projection, still_copying, workers_growth
 
 MIB = 1 << 20
 MIN_STEPS = 12  # sampled steps after warm-up needed for any verdict
@@ -50,129 +52,10 @@ FULL_SHARE = 0.98  # a reading this close to its limit is at it: the resource ra
 FILLED_FROM_SHARE = 0.5  # ... when it was below this share of the limit earlier in the run (it filled in the run)
 Z_LEAK = 5.0  # slope / its standard error for "leak"
 Z_SUSPECT = 3.0
-#: a staircase's epochs are flat inside: their own steps grow less than this share of the net growth
-WITHIN_EPOCH_SHARE = 0.3
-#: a forked worker copies pages of the parent's heap as refcounts and the collector first touch them, a
-#: rise at its start that stops once touched (~11 MiB each measured in a kernel); workers' growth below
-#: this much per worker is that first touch, not a dataset copied
-FIRST_TOUCH_BYTES_PER_WORKER = 16 * MIB
-#: copying still goes on when the late half of the current workers' readings grew at least this share of
-#: their average rate, and by at least STILL_COPYING_MIN_BYTES (a first touch's tail moves a few KiB)
-STILL_COPYING_SHARE = 0.3
-STILL_COPYING_MIN_BYTES = 4 * MIB
 #: RSS growth is retention only where the heap in use grew by at least this share of it
 HEAP_SHARE_OF_RSS = 0.5
 #: priority when several resources leak: heap in use is retention itself; RSS may only be fragmentation
 RESOURCE_ORDER = resources.leak_order(resources.RESOURCES)
-
-
-@dataclass(frozen=True)
-class Series:
-    """One resource's step-aligned samples: steps (x) and bytes (y), plus what the limit is."""
-
-    resource: str  # "heap", "ram", "vram", "vram_reserved", "shm"
-    steps: Sequence[float]
-    values: Sequence[float]
-    limit_bytes: float | None = None  # exhaustion point (RAM limit, device memory, /dev/shm size)
-
-
-@dataclass(frozen=True)
-class ResourceFinding:
-    resource: str
-    verdict: VerdictName
-    leak_kind: str | None
-    per_step_bytes: float | None
-    per_step_error_bytes: float | None
-    warmup_steps: int
-    noise_bytes: float
-    total_growth_bytes: float
-    sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each jump may have happened at
-    steps_to_exhaustion: float | None = None
-    net_growth_bytes: float = 0.0  # last minus first value after warm-up
-    per_epoch_bytes: float | None = None  # a staircase's growth per epoch
-    released_bytes: float = 0.0  # what the last reading gave back, left out of the judgement (see `released_at_the_end`)
-    full_at_step: float | None = None  # the first step whose reading was at the limit (see `_ran_out_at`)
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """The run's verdict: the leaking resource (if any), its rate, when it runs out, and why."""
-
-    verdict: VerdictName
-    leak_kind: str | None
-    resource: str | None
-    per_step_bytes: float | None
-    per_step_error_bytes: float | None
-    steps_to_exhaustion: float | None
-    seconds_to_exhaustion: float | None
-    advice: tuple[str, ...]
-    findings: tuple[ResourceFinding, ...] = field(default=())
-    per_epoch_bytes: float | None = None
-
-    @property
-    def sporadic_steps(self) -> tuple[tuple[int, int], ...]:
-        chosen = next((f for f in self.findings if f.leak_kind == "sporadic" and f.resource == self.resource), None)
-        return () if chosen is None else chosen.sporadic_steps
-
-
-def _clean(series: Series) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for x, y in zip(series.steps, series.values):
-        if not (math.isnan(x) or math.isnan(y)):
-            xs.append(float(x))
-            ys.append(float(y))
-    return xs, ys
-
-
-def _crossing_epochs(xs: Sequence[float], epoch_steps: Sequence[float]) -> set[int]:
-    """Indices i whose interval (xs[i-1], xs[i]] holds an epoch's start. A binary search per interval:
-    a long run has thousands of epochs, and trying each against each interval costs their product."""
-    starts = sorted(epoch_steps)
-    out = set()
-    for i in range(1, len(xs)):
-        first_after = bisect.bisect_right(starts, xs[i - 1])  # the first start past the interval's left end
-        if first_after < len(starts) and starts[first_after] <= xs[i]:
-            out.add(i)
-    return out
-
-
-def _epochs_crossed(xs: Sequence[float], starts: Sequence[float], boundary: set[int]) -> int:
-    """How many epochs the boundary intervals hold: an interval sampled thinly (a busy machine) can hold
-    two epochs' starts and both their growths; the interval the reading after the block closes holds
-    the last epoch's end and no start. `starts`: sorted, each once (train and validation loaders started
-    at the same step are one epoch)."""
-    crossed = 0
-    for i in boundary:
-        held = bisect.bisect_right(starts, xs[i]) - bisect.bisect_right(starts, xs[i - 1])
-        crossed += max(1, held)
-    return crossed
-
-
-def _closes_last_epoch(ys: Sequence[float], boundary: set[int]) -> bool:
-    """Whether the last interval, up to the reading after the block, is the last epoch's end: the block's
-    end closes that epoch, and what runs after its last step (a validation pass, outputs kept per epoch)
-    is read only there. It counts when it grew like the other epochs' ends, by a quarter of their mean."""
-    last = len(ys) - 1
-    others = [i for i in boundary if i != last]
-    if last < 1 or not others:
-        return False
-    mean_growth = sum(ys[i] - ys[i - 1] for i in others) / len(others)
-    return mean_growth > 0 and ys[last] - ys[last - 1] > 0.25 * mean_growth
-
-
-def _flat_within_epochs(xs: Sequence[float], ys: Sequence[float], boundary: set[int], net: float) -> bool:
-    """Whether the intervals inside an epoch are flat: their growth, and their growth per step carried
-    over the whole run, each under WITHIN_EPOCH_SHARE of the net growth.
-
-    Per step, because with samples further apart than an epoch nearly every interval holds an epoch's
-    start: a steady leak then grows mostly across the starts, and only the few intervals left inside
-    an epoch (none at all, when none is) still tell that it grows there at the same rate."""
-    within = [i for i in range(1, len(ys)) if i not in boundary]
-    growth = sum(ys[i] - ys[i - 1] for i in within)
-    within_steps = sum(xs[i] - xs[i - 1] for i in within)
-    if abs(growth) >= WITHIN_EPOCH_SHARE * net or within_steps <= 0:
-        return False
-    return abs(growth) / within_steps * (xs[-1] - xs[0]) < WITHIN_EPOCH_SHARE * net
 
 
 def _ran_out_at(xs: Sequence[float], ys: Sequence[float], limit_bytes: float | None) -> int | None:
@@ -215,6 +98,21 @@ def _fit_line(xs: Sequence[float], ys: Sequence[float], noise: float, max_points
     return _LineFit(slope, error, total, big_enough)
 
 
+def _ran_out(series: Series, xs: Sequence[float], ys: Sequence[float]) -> ResourceFinding | None:
+    """A resource that filled up to its limit in the run (where that is fatal): a leak at the rate it filled,
+    whatever a fit would say of the plateau at the limit."""
+    full = _ran_out_at(xs, ys, series.limit_bytes) if series.resource in _FATAL_WHEN_FULL else None
+    if full is None:
+        return None
+    start = min(range(full + 1), key=lambda i: ys[i])
+    fill = ys[full] - ys[start]
+    rate = fill / max(xs[full] - xs[start], 1.0)
+    return ResourceFinding(
+        series.resource, "leak", "per-iteration", rate, None, 0, 0.0, fill, steps_to_exhaustion=0.0,
+        net_growth_bytes=fill, full_at_step=xs[full],
+    )
+
+
 def analyse(
     series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200, ends_after_block: bool = False
 ) -> ResourceFinding:
@@ -222,16 +120,10 @@ def analyse(
 
     `ends_after_block`: the last reading was taken after the block, so its interval also holds what ran
     after the last step."""
-    xs, ys = _clean(series)
-    full = _ran_out_at(xs, ys, series.limit_bytes) if series.resource in _FATAL_WHEN_FULL else None
-    if full is not None:
-        start = min(range(full + 1), key=lambda i: ys[i])
-        fill = ys[full] - ys[start]
-        rate = fill / max(xs[full] - xs[start], 1.0)
-        return ResourceFinding(
-            series.resource, "leak", "per-iteration", rate, None, 0, 0.0, fill, steps_to_exhaustion=0.0,
-            net_growth_bytes=fill, full_at_step=xs[full],
-        )
+    xs, ys = readings_of(series)
+    ran_out = _ran_out(series, xs, ys)
+    if ran_out is not None:
+        return ran_out
     released = released_at_the_end(ys)
     if released:
         xs, ys = xs[:-1], ys[:-1]
@@ -241,13 +133,13 @@ def analyse(
     if len(ys) < MIN_STEPS:
         return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0, released_bytes=released)
     changes = whole if whole is not None and warmup == 0 else changes_of(xs, ys)  # once, where nothing was cut
-    rate, noise = changes.rate, changes.noise
+    noise = changes.noise
     fit = _fit_line(xs, ys, noise, max_points)
     slope, error, total = fit.slope, fit.error, fit.total
     jumps = list(changes.jumps)
     jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
-    boundary = _crossing_epochs(xs, epoch_steps)
-    if ends_after_block and not released and epoch_steps and _closes_last_epoch(ys, boundary):
+    boundary = crossing_epochs(xs, epoch_steps)
+    if ends_after_block and not released and epoch_steps and closes_last_epoch(ys, boundary):
         boundary.add(len(ys) - 1)
     boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
     net = ys[-1] - ys[0]
@@ -263,13 +155,11 @@ def analyse(
             released,
         )
 
-    if net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net:
-        if _flat_within_epochs(xs, ys, boundary, net):
-            starts = sorted({e for e in epoch_steps if xs[0] <= e <= xs[-1]})  # train + val loaders: one start
-            epoch_length = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else xs[-1] - xs[0]
-            per_epoch = boundary_growth / _epochs_crossed(xs, starts, boundary)
-            slope = per_epoch / max(epoch_length, 1.0)  # spread over the epoch's steps, for the exhaustion
-            return finding("leak", "per-epoch", per_epoch=per_epoch)
+    staircase = net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net
+    if staircase and flat_within_epochs(xs, ys, boundary, net):
+        per_epoch, epoch_length = per_epoch_growth(xs, epoch_steps, boundary, boundary_growth)
+        slope = per_epoch / max(epoch_length, 1.0)  # spread over the epoch's steps, for the exhaustion
+        return finding("leak", "per-epoch", per_epoch=per_epoch)
     # the jumps make the growth and nothing comes back: many up-jumps with as many falls is noise or sawtooth
     sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps)
     if sporadic_jumps and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES:
@@ -292,83 +182,163 @@ _KILLED_BY = {r.key: r.runs_out for r in resources.RESOURCES if r.leak_rank is n
 _REPORTED_AS = {r.key: r.reported for r in resources.RESOURCES}
 
 
-def _run_growth(series: Series) -> float:
-    """Last reading minus first, over the whole run."""
-    _, ys = _clean(series)
-    return ys[-1] - ys[0] if ys else 0.0
+@dataclass
+class _Evidence:
+    """What the rules that explain growth away read: each resource's series and finding, and the workers'."""
+
+    series: dict[str, Series]
+    findings: dict[str, ResourceFinding]
+    worker_epochs: Sequence[float]  # where the DataLoader workers start again (none: persistent workers)
+    worker_count: int
+    first_pass_steps: tuple[int, int] | None
+
+    def grew(self, resource: str) -> float:
+        """Last reading minus first of a resource, over the whole run."""
+        _, ys = readings_of(self.series[resource])
+        return ys[-1] - ys[0] if ys else 0.0
 
 
-def _workers_growth(series: Series, epoch_steps: Sequence[float] = ()) -> float:
-    """What the workers added, warm-up included (what copying a dataset page by page adds): the most
-    any one epoch's workers added, last reading minus first (workers that are not persistent start
-    again each epoch, so the run's first and last readings belong to different processes)."""
-    xs, ys = _clean(series)
-    if not ys:
-        return 0.0
-    bounds = [e for e in sorted(epoch_steps) if xs[0] < e <= xs[-1]]
-    edges = [xs[0], *bounds, math.inf]
-    # each reading goes to its epoch by a binary search: a long run has thousands of epochs
-    first: dict[int, float] = {}
-    last: dict[int, float] = {}
-    for x, y in zip(xs, ys):
-        epoch = bisect.bisect_right(edges, x) - 1  # the epoch of edges[epoch] <= x < edges[epoch + 1]
-        if epoch >= 0:  # before the first reading's step: in no epoch
-            first.setdefault(epoch, y)
-            last[epoch] = y
-    growths = [last[epoch] - first[epoch] for epoch in sorted(first)]
-    return max(growths, default=ys[-1] - ys[0])
+@dataclass(frozen=True)
+class _Explained:
+    """What a rule says of the run: a note for the advice, resources whose growth it explains (no leak of
+    theirs), and a finding that takes a resource's place (the workers still copying: the tree's leak)."""
+
+    note: str | None = None
+    not_leaks: frozenset[str] = frozenset()
+    instead: ResourceFinding | None = None
 
 
-def _value_at(readings: Sequence[tuple[float, float]], x: float) -> float:
-    """The workers' memory at step x, between two readings (linear)."""
-    for (x0, y0), (x1, y1) in zip(readings, readings[1:]):
-        if x0 <= x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
-    return readings[-1][1] if x > readings[-1][0] else readings[0][1]
+def _caching_allocator(e: _Evidence) -> _Explained | None:
+    """CUDA reserved memory grows while allocated memory is flat: the caching allocator keeps it."""
+    reserved, allocated = e.findings.get("vram_reserved"), e.findings.get("vram")
+    if reserved and allocated and reserved.verdict in ("leak", "suspect") and allocated.verdict == "clean":
+        return _Explained(
+            "CUDA reserved memory grows while allocated memory is flat: that is the caching allocator "
+            "(or fragmentation), not a leak. torch.cuda.empty_cache() returns it; "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
+        )
+    return None
 
 
-def _still_copying(series: Series, epoch_steps: Sequence[float] = ()) -> ResourceFinding | None:
-    """Workers whose memory was still rising in the late half of their readings: a leak of the process
-    tree while it goes on, at the current workers' average rate since their first reading (copying
-    pages slows down as fewer are left, so a fitted slope of the early readings would overstate it;
-    PSS is read only a few times a second, often too few readings for the detector).
+def _workers_added(e: _Evidence) -> float | None:
+    """What the DataLoader workers added, where it is theirs: the kernel's heap explains little of it (flat,
+    or a small fraction) and it is more than their first touches of the parent's pages."""
+    workers, heap = e.findings.get("workers"), e.findings.get("heap")
+    added = workers_growth(e.series["workers"], e.worker_epochs) if workers else 0.0
+    heap_aside = heap is not None and (heap.verdict == "clean" or heap.net_growth_bytes < 0.25 * added)
+    return added if workers and heap_aside and added >= FIRST_TOUCH_BYTES_PER_WORKER * max(1, e.worker_count) else None
 
-    Copy-on-access goes on with the batches read; a first touch stops once the pages are touched. So the
-    rise is judged over the current workers (from the last epoch's start: workers that are not
-    persistent start again each epoch, and so does their first touch), in the late half of their readings."""
-    xs, ys = _clean(series)
-    readings = [(x, y) for i, (x, y) in enumerate(zip(xs, ys)) if i == 0 or y != ys[i - 1]]
-    if len(readings) < 3 or readings[-1][1] <= readings[-2][1] or xs[-1] <= xs[0]:
+
+def _copy_on_access(e: _Evidence) -> _Explained | None:
+    """Workers copying a dataset page by page as they read it: bounded once every page was touched (the
+    note says where it stays); while it still goes on, the process tree's leak (the OOM killer counts the
+    workers' memory)."""
+    added = _workers_added(e)
+    if added is None:
         return None
-    start = max((e for e in epoch_steps if e <= readings[-1][0]), default=readings[0][0])
-    current = [r for r in readings if r[0] >= start]
-    current = current if len(current) >= 2 else readings
-    first_x, last_x = current[0][0], current[-1][0]
-    middle = (first_x + last_x) / 2
-    late = current[-1][1] - _value_at(current, middle)
-    average = (current[-1][1] - current[0][1]) / (last_x - first_x) if last_x > first_x else 0.0
-    if late < max(STILL_COPYING_MIN_BYTES, STILL_COPYING_SHARE * average * (last_x - middle)):
+    workers = e.findings["workers"]
+    # "unknown": too few PSS readings for the detector, one short epoch
+    still = still_copying(e.series["workers"], e.worker_epochs) if workers.verdict != "clean" else None
+    note = (
+        f"DataLoader workers' memory grew by {format_bytes(added)} (by PSS) while "
+        "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they read "
+        "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
+        "np.frombuffer / pyarrow for strings) avoid it. Where the dataset holds arrays already, the workers' "
+        "garbage collector copied the pages of the notebook's other objects once: gc.freeze() just before "
+        "the loop avoids that."
+        + copy_on_access_projection(e.series["workers"], workers, e.first_pass_steps)
+    )
+    return _Explained(note, frozenset({"ram"}) if still is not None else frozenset(), still)
+
+
+def _allocator_keeps_rss(e: _Evidence) -> _Explained | None:
+    """RSS growth that is no retention: the heap in use is flat, or is no leak (too few steps past its
+    warm-up, or only suspect) and grew far less than RSS over the run (the allocator kept the rest)."""
+    heap, rss = e.findings.get("heap"), e.findings.get("rss") or e.findings.get("ram")
+    if heap is None or not (heap.verdict == "clean" or (
+        heap.verdict != "leak" and rss is not None and e.grew("heap") < HEAP_SHARE_OF_RSS * e.grew(rss.resource)
+    )):
         return None
-    growth, rate = current[-1][1] - current[0][1], average
-    exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / rate) if series.limit_bytes and rate > 0 else None
-    return ResourceFinding("ram", "leak", "per-iteration", rate, None, 0, 0.0, growth, (), exhaustion, growth)
+    said = rss is not None and rss.verdict == "leak" and _workers_added(e) is None  # else the workers' note says it
+    note = None if not said else (
+        f"RSS grows while the heap in use {'is flat' if heap.verdict == 'clean' else 'grew far less'}: "
+        "not memory your objects hold, but freed memory the "
+        "allocator keeps (fragmentation) or libraries and buffers loaded on first use. The first kind "
+        "comes back with ctypes.CDLL('libc.so.6').malloc_trim(0) (the 'return heap to OS' button)."
+    )
+    return _Explained(note, frozenset({"ram"}))
 
 
-def _copy_on_access_projection(
-    series: Series, finding: ResourceFinding, first_pass: tuple[int, int] | None
-) -> str:
-    """Where the workers' memory ends up once the first pass has touched the whole dataset."""
-    xs, ys = _clean(series)
-    if first_pass is None or not ys:
-        return ""
-    first, last = first_pass
-    now = xs[-1]
-    if now >= last:
-        return f" The first pass is complete: the workers should stay near {format_bytes(ys[-1])}."
-    if not finding.per_step_bytes:
-        return ""
-    projected = ys[-1] + finding.per_step_bytes * (last - now)
-    return f" Projected: ~{format_bytes(projected)} for the workers by the end of the first pass (step {last})."
+#: the rules that explain growth away, in the order their notes are given; each can be read, tested and
+#: switched off alone
+EXPLAINING_RULES: tuple[Callable[[_Evidence], _Explained | None], ...] = (
+    _caching_allocator, _copy_on_access, _allocator_keeps_rss,
+)
+
+
+def _leaking(findings: dict[str, ResourceFinding], explained: Sequence[_Explained]) -> ResourceFinding | None:
+    """The leaking resource: the first leak (else suspect) in RESOURCE_ORDER that no rule explained; a rule's
+    finding instead of one (the workers still copying) where it says more."""
+    not_leaks = frozenset().union(*(x.not_leaks for x in explained))
+    chosen = None
+    for name in RESOURCE_ORDER:
+        f = findings.get(name)
+        if f is None or f.verdict not in ("leak", "suspect") or name in not_leaks:
+            continue
+        if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
+            chosen = f
+    for instead in (x.instead for x in explained if x.instead is not None):
+        if chosen is None or (chosen.verdict == "suspect" and instead.verdict == "leak"):
+            chosen = instead
+    return chosen
+
+
+def _too_few_steps(findings: Sequence[ResourceFinding], clock: str) -> str:
+    warm = max((f.warmup_steps for f in findings), default=0)
+    needs, steps_word = MIN_STEPS + warm, plural_noun(clock)
+    return (f"too few {steps_word} for a verdict: needs at least {needs} sampled {steps_word}"
+            if clock != "time" else f"too short for a verdict: needs at least {needs} samples")
+
+
+def _headline(chosen: ResourceFinding, clock: str) -> str:
+    """'per-iteration leak in heap: 1.0 MiB/step ± 2 KiB', with a sporadic leak's steps."""
+    rate = f"{format_bytes(chosen.per_step_bytes or 0)}/{rate_unit(clock)}"
+    if chosen.per_epoch_bytes is not None:
+        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {format_bytes(chosen.per_epoch_bytes)} per epoch"
+    else:
+        error = chosen.per_step_error_bytes
+        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {rate}" + (
+            f" ± {format_bytes(error)}" if chosen.leak_kind == "per-iteration" and error is not None else ""
+        )
+    if chosen.sporadic_steps:
+        named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]
+        headline += f", at {'seconds' if clock == 'time' else plural_noun(clock)} {', '.join(named)}"
+    return headline
+
+
+def _when_it_runs_out(chosen: ResourceFinding, clock: str, seconds: float | None) -> list[str]:
+    """When the leaking resource runs out (or since when it was full), and what the block's end gave back."""
+    rate, steps_word = f"{format_bytes(chosen.per_step_bytes or 0)}/{rate_unit(clock)}", plural_noun(clock)
+    lines = []
+    if chosen.full_at_step is not None:
+        at = f"{singular_noun(clock)} {chosen.full_at_step:,.0f}"
+        lines.append(f"it was at its limit from {at} on (it filled at {rate}), where "
+                     f"{_KILLED_BY.get(chosen.resource, 'it runs out')}")
+    elif chosen.steps_to_exhaustion is not None:
+        if clock == "time":
+            when = f"~{format_duration(chosen.steps_to_exhaustion, rough=True)}"
+        else:
+            when = f"~{chosen.steps_to_exhaustion:,.0f} {steps_word}" + (
+                f" (~{format_duration(seconds, rough=True)})" if seconds else ""
+            )
+        lines.append(f"at {rate} {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}")
+    if chosen.released_bytes:
+        lines.append(
+            f"{format_bytes(chosen.released_bytes)} of it came back when the block ended: what held it was freed "
+            "after the loop or went out of scope (a list local to a function that returned); the loop itself "
+            "grows it at this rate"
+        )
+    return lines
 
 
 def decide(
@@ -382,7 +352,8 @@ def decide(
     workers_persistent: bool = False,
     ends_after_block: bool = False,
 ) -> Diagnosis:
-    """The run's verdict from every resource's series, plus the leak finder's evidence.
+    """The run's verdict from every resource's series: each judged alone (`analyse`), the EXPLAINING_RULES
+    applied in order, then the leaking resource chosen and worded.
 
     Args:
         series: step-aligned series ("heap", "ram" (process tree), "rss" (kernel alone), "workers", "vram",
@@ -397,107 +368,24 @@ def decide(
             growth is judged over the whole run, not epoch by epoch (an epoch may hold one PSS reading or none).
         ends_after_block: the last row is the reading after the block (the final report), not a step's.
     """
-    unit, steps_word = rate_unit(clock), plural_noun(clock)
     by_resource = {s.resource: s for s in series}
     findings = {name: analyse(s, epoch_steps, max_points, ends_after_block) for name, s in by_resource.items()}
-    advice: list[str] = []
-    reserved, allocated = findings.get("vram_reserved"), findings.get("vram")
-    if reserved and allocated and reserved.verdict in ("leak", "suspect") and allocated.verdict == "clean":
-        advice.append(
-            "CUDA reserved memory grows while allocated memory is flat: that is the caching allocator "
-            "(or fragmentation), not a leak. torch.cuda.empty_cache() returns it; "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
-        )
-    heap, rss, workers = findings.get("heap"), findings.get("rss") or findings.get("ram"), findings.get("workers")
-    # the heap in use says whether RSS growth is retention: not where it is flat, nor where it is no leak
-    # (too few steps past its warm-up, or only suspect) and grew far less than RSS over the run: RSS then
-    # grew by what the allocator kept
-    rss_not_retention = heap is not None and (heap.verdict == "clean" or (
-        heap.verdict != "leak" and rss is not None
-        and _run_growth(by_resource["heap"]) < HEAP_SHARE_OF_RSS * _run_growth(by_resource[rss.resource])
-    ))
-    copy_on_access = None
-    worker_epochs = () if workers_persistent else epoch_steps  # where the workers start again
-    workers_growth = _workers_growth(by_resource["workers"], worker_epochs) if workers else 0.0
-    # the kernel's heap explains little of it: flat, or a small fraction of what the workers added
-    heap_aside = heap is not None and (heap.verdict == "clean" or heap.net_growth_bytes < 0.25 * workers_growth)
-    if workers and heap_aside and workers_growth >= FIRST_TOUCH_BYTES_PER_WORKER * max(1, worker_count):
-        # growth that stopped after the first pass is bounded (the advice says where it stays); growth
-        # still going on is the process tree's leak: the OOM killer counts the workers' memory
-        if workers.verdict != "clean":  # "unknown": too few PSS readings for the detector, one short epoch
-            copy_on_access = _still_copying(by_resource["workers"], worker_epochs)
-        advice.append(
-            f"DataLoader workers' memory grew by {format_bytes(workers_growth)} (by PSS) while "
-            "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they read "
-            "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
-            "np.frombuffer / pyarrow for strings) avoid it. Where the dataset holds arrays already, the workers' "
-            "garbage collector copied the pages of the notebook's other objects once: gc.freeze() just before "
-            "the loop avoids that."
-            + _copy_on_access_projection(by_resource["workers"], workers, first_pass_steps)
-        )
-    elif rss and rss.verdict == "leak" and heap is not None and rss_not_retention:
-        advice.append(
-            f"RSS grows while the heap in use {'is flat' if heap.verdict == 'clean' else 'grew far less'}: "
-            "not memory your objects hold, but freed memory the "
-            "allocator keeps (fragmentation) or libraries and buffers loaded on first use. The first kind "
-            "comes back with ctypes.CDLL('libc.so.6').malloc_trim(0) (the 'return heap to OS' button)."
-        )
-    chosen = None
-    for name in RESOURCE_ORDER:
-        f = findings.get(name)
-        if f is None or f.verdict not in ("leak", "suspect"):
-            continue
-        if name == "ram" and (copy_on_access is not None or rss_not_retention):
-            continue  # explained above: fragmentation or the workers' copy-on-access
-        if chosen is None or (chosen.verdict == "suspect" and f.verdict == "leak"):
-            chosen = f
-    if copy_on_access is not None and (chosen is None or (chosen.verdict == "suspect" and copy_on_access.verdict == "leak")):
-        chosen = copy_on_access
-    relevant = [f for f in findings.values() if f.resource in RESOURCE_ORDER]
+    evidence = _Evidence(by_resource, findings, () if workers_persistent else epoch_steps, worker_count, first_pass_steps)
+    explained = [x for x in (rule(evidence) for rule in EXPLAINING_RULES) if x is not None]
+    advice = [x.note for x in explained if x.note is not None]
+    chosen = _leaking(findings, explained)
     if chosen is None:
-        if all(f.verdict == "unknown" for f in relevant):  # also when no step was sampled at all
-            warm = max((f.warmup_steps for f in relevant), default=0)
-            needs = MIN_STEPS + warm
-            advice.insert(0, f"too few {steps_word} for a verdict: needs at least {needs} sampled {steps_word}"
-                          if clock != "time" else f"too short for a verdict: needs at least {needs} samples")
-            return Diagnosis("unknown", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
-        return Diagnosis("clean", None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
+        relevant = [f for f in findings.values() if f.resource in RESOURCE_ORDER]
+        verdict: VerdictName = "unknown" if all(f.verdict == "unknown" for f in relevant) else "clean"
+        if verdict == "unknown":  # also when no step was sampled at all
+            advice.insert(0, _too_few_steps(relevant, clock))
+        return Diagnosis(verdict, None, None, None, None, None, None, tuple(advice), tuple(findings.values()))
     seconds = None
     if chosen.steps_to_exhaustion is not None and steps_per_s:
         seconds = chosen.steps_to_exhaustion / steps_per_s
-    rate = f"{format_bytes(chosen.per_step_bytes or 0)}/{unit}"
-    if chosen.per_epoch_bytes is not None:
-        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {format_bytes(chosen.per_epoch_bytes)} per epoch"
-    else:
-        error = chosen.per_step_error_bytes
-        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {rate}" + (
-            f" ± {format_bytes(error)}" if chosen.leak_kind == "per-iteration" and error is not None else ""
-        )
-    if chosen.sporadic_steps:
-        named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]
-        headline += f", at {'seconds' if clock == 'time' else steps_word} {', '.join(named)}"
-    advice.insert(0, headline)
-    if chosen.full_at_step is not None:
-        at = f"{singular_noun(clock)} {chosen.full_at_step:,.0f}"
-        advice.insert(1, f"it was at its limit from {at} on (it filled at {rate}), where "
-                         f"{_KILLED_BY.get(chosen.resource, 'it runs out')}")
-    elif chosen.steps_to_exhaustion is not None:
-        if clock == "time":
-            when = f"~{format_duration(chosen.steps_to_exhaustion, rough=True)}"
-        else:
-            when = f"~{chosen.steps_to_exhaustion:,.0f} {steps_word}" + (
-                f" (~{format_duration(seconds, rough=True)})" if seconds else ""
-            )
-        advice.insert(1, f"at {rate} {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}")
-    if chosen.released_bytes:
-        advice.insert(2 if chosen.steps_to_exhaustion is not None else 1, (
-            f"{format_bytes(chosen.released_bytes)} of it came back when the block ended: what held it was freed "
-            "after the loop or went out of scope (a list local to a function that returned); the loop itself "
-            "grows it at this rate"
-        ))
-    verdict = chosen.verdict
+    advice[:0] = [_headline(chosen, clock), *_when_it_runs_out(chosen, clock, seconds)]
     return Diagnosis(
-        verdict, chosen.leak_kind, _REPORTED_AS.get(chosen.resource, chosen.resource),
+        chosen.verdict, chosen.leak_kind, _REPORTED_AS.get(chosen.resource, chosen.resource),
         chosen.per_step_bytes, chosen.per_step_error_bytes, chosen.steps_to_exhaustion, seconds,
         tuple(advice), tuple(findings.values()), chosen.per_epoch_bytes,
     )

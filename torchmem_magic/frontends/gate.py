@@ -14,7 +14,7 @@ from collections.abc import Collection
 from types import CodeType, FrameType, TracebackType
 from typing import Any
 
-from ..analysis import holders
+from ..analysis import holder_trends
 from ..api import memwatch, watch_from
 from ..core.model import Suspect, VerdictName
 from ..render.results import Report
@@ -30,7 +30,7 @@ SESSION_OPTIONS = frozenset(inspect.signature(memwatch).parameters)
 def top_holder(report: Report) -> Suspect | None:
     """The holder that grew fastest during the run; else the largest one (None: none was named).
     A CI log always names someone when there is a suspect: the largest is where to look first."""
-    return holders.top_holder(report.suspects, or_largest=True)
+    return holder_trends.top_holder(report.suspects, or_largest=True)
 
 
 def leak_message(report: Report) -> str:

@@ -149,27 +149,12 @@ class MemwatchMagics(Magics):
             return show_last_crash()
         if args.last:
             raise UsageError("%%memwatch: --last is for the line magic, %memwatch --last")
-        recorder = None if args.no_record else FlightRecorder(cell)
-        shell = self.shell
-        search = None if args.no_scan else LeakSearch(lambda: notebook_roots(shell), [cell, *recent_sources(shell)])
-        try:
-            options = SessionOptions(args.interval, device=args.device, shm_path=args.shm_path, guard=args.guard)
-            session = MemwatchSession(options, search=search, recorder=recorder, rank_agent=adopt_forked)
-        except ValueError as exc:
-            raise UsageError(f"%%memwatch: {exc}") from None
+        session = self._new_session(args, cell)
         plot = not (args.quiet or args.no_plot) and widgets_available(self.shell)
         route = _live_route(self.shell) if plot else None
         if active_session() is not None:
             raise UsageError("%%memwatch: another memwatch session is running; nested runs are not supported")
-        try:
-            code, last = self._compile_body(line, cell)
-        except SyntaxError as exc:
-            if "'await' outside" in str(exc):
-                raise UsageError(
-                    "%%memwatch: top-level await is not supported in a %%memwatch cell; "
-                    "await inside a function, or run the async part in its own cell"
-                ) from None
-            raise exc.with_traceback(None) from None  # shown against the cell's line; fails the cell
+        code, last = self._compiled(line, cell)
         try:
             if route is not None:  # widgets only once the flags and the body are known to be good
                 from ..widgets.live import LiveFigure
@@ -210,6 +195,29 @@ class MemwatchMagics(Magics):
                 display(value)
             return report
         return value
+
+    def _new_session(self, args: Any, cell: str) -> MemwatchSession:
+        """The cell's session, with its flight record and its leak finder over the notebook's names."""
+        recorder = None if args.no_record else FlightRecorder(cell)
+        shell = self.shell
+        search = None if args.no_scan else LeakSearch(lambda: notebook_roots(shell), [cell, *recent_sources(shell)])
+        try:
+            options = SessionOptions(args.interval, device=args.device, shm_path=args.shm_path, guard=args.guard)
+            return MemwatchSession(options, search=search, recorder=recorder, rank_agent=adopt_forked)
+        except ValueError as exc:
+            raise UsageError(f"%%memwatch: {exc}") from None
+
+    def _compiled(self, line: str, cell: str) -> tuple[Any, Any]:
+        """The cell's body compiled; a syntax error fails the cell, shown against the cell's line."""
+        try:
+            return self._compile_body(line, cell)
+        except SyntaxError as exc:
+            if "'await' outside" in str(exc):
+                raise UsageError(
+                    "%%memwatch: top-level await is not supported in a %%memwatch cell; "
+                    "await inside a function, or run the async part in its own cell"
+                ) from None
+            raise exc.with_traceback(None) from None
 
     def _end(self, session: MemwatchSession, exc: BaseException | None, args: Any, plot: bool) -> Any:
         """`_stop_and_show` unless the session never ran; again when torch's SIGCHLD handler raised a

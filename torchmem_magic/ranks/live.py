@@ -15,9 +15,10 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ..analysis.holders import holder_trend, top_holder, top_trend
+from ..analysis.holder_trends import holder_trend, top_holder, top_trend
 from ..core.model import Clock, RankSummary, VerdictName
-from ..report.assemble import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose
+from ..report.assemble import diagnose
+from ..report.live_status import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS
 from ..core.resources import RAM, VRAM
 from ..core.units import format_bytes, rate_unit
 from .feed import RankFeed, attempt_numbers, died_of, rank_numbers

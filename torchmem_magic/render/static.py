@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core import resources
-from ..analysis.holders import top_holder
+from ..analysis.holder_trends import top_holder
 from ..core.model import Clock, RankSummary, ReportData
 from ..core.resources import HEAP, RAM
 from ..core.timeline import Timeline

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ..analysis.holders import top_holder
+from ..analysis.holder_trends import top_holder
 from ..core.model import (
     HeapSummary,
     LiveStatus,

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from ..analysis.forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
-from ..analysis.holders import HolderSearch, fuse, with_trends, without_flat, without_ruled_out
+from ..analysis.holders import HolderSearch, fuse, without_ruled_out
+from ..analysis.holder_trends import with_trends, without_flat
 from ..core.model import (
     Clock,
     RankSummary,
     DeviceMemory,
     HeapSummary,
-    LiveStatus,
     RamSummary,
     ShmSummary,
     SourceErrors,
@@ -34,14 +34,12 @@ from ..core.options import DEFAULT_SHM_PATH
 from .merge import with_ranks
 from ..core.resources import HEAP, RAM, SHM, VRAM, VRAM_RESERVED, WORKERS
 from ..render.results import Report
-from ..core.slopes import new_readings, robust_slope
-from ..core.timeline import NAN, DecimatingSeries, Timeline
-from ..analysis.verdict import Diagnosis, Series, decide
+from ..core.slopes import new_readings
+from ..core.timeline import NAN, Timeline
+from ..analysis.findings import Diagnosis, Series
+from ..analysis.verdict import decide
+from .rates import per_step, rates_of
 
-LIVE_VERDICT_STEPS = 30  # the status line quotes a verdict from this many steps on
-#: rows of each series the live verdict judges at most (thinned evenly from the timeline's): recomputed
-#: every second on the sampler thread, its cost must not grow with the run; the final report reads them all
-LIVE_VERDICT_ROWS = 160
 #: rows of each series, and Theil–Sen points, that a rank's verdict in a report of many ranks judges at
 #: most: the watcher judges every rank at the block's end on one thread, and a full timeline (~1,800
 #: step rows) costs ~25 ms of CPU a rank, seconds for 64 ranks; thinned to this, ~5 ms. Over the
@@ -51,8 +49,6 @@ RANK_VERDICT_ROWS = 400
 RANK_VERDICT_POINTS = 100
 #: the Theil–Sen points of a run's own final verdict (its pairwise slopes: ~points²/2)
 FINAL_VERDICT_POINTS = 200
-#: the step-aligned column each resource that can leak has its "growth per step" measured on
-RATE_COLUMNS = {r.key: r.column for r in resources.RESOURCES if r.leak_rank is not None}
 
 
 @dataclass(frozen=True)
@@ -195,73 +191,6 @@ def diagnose(
     )
 
 
-def rates_of(diagnosis: Diagnosis) -> dict[str, float]:
-    """Bytes per step of each resource the detector could measure."""
-    return {f.resource: f.per_step_bytes for f in diagnosis.findings if f.per_step_bytes is not None}
-
-
-def growth_per_step(series: DecimatingSeries, column: str, x_name: str = "step", max_points: int = 1024) -> float | None:
-    """Bytes per step (or per second, x_name "t_s") of `column` (None if it cannot say)."""
-    cols = series.columns(x_name, column)
-    return robust_slope(cols[x_name], cols[column], max_points)
-
-
-def per_step(
-    rates: dict[str, float], timeline: Timeline, resource: str, clock: Clock = "optimizer", max_points: int = 1024
-) -> float | None:
-    """Bytes per step of a resource: the detector's rate where it had enough steps, else the
-    split-half slope of the step-aligned series (a first figure, before any verdict). One rule for
-    the status line and the report, so both quote the same figure."""
-    if resource in rates:
-        return rates[resource]
-    if clock == "time":
-        return growth_per_step(timeline.by_time, RATE_COLUMNS[resource], "t_s", max_points)
-    return growth_per_step(timeline.by_step, RATE_COLUMNS[resource], "step", max_points)
-
-
-def short_verdict(diagnosis: Diagnosis) -> str:
-    """'leak: per-iteration in heap', 'clean', ...: the verdict as the status line shows it."""
-    if diagnosis.leak_kind is None:
-        return diagnosis.verdict
-    return f"{diagnosis.verdict}: {diagnosis.leak_kind} in {diagnosis.resource}"
-
-
-def live_status(
-    timeline: Timeline,
-    steps: int,
-    elapsed_s: float,
-    workers: int,
-    live: Diagnosis | None,
-    clock: Clock = "optimizer",
-    loader: int | None = None,
-    holder: str | None = None,
-) -> LiveStatus:
-    """The one-line live status: current values, growth per step so far, the verdict as it forms.
-
-    `live` is the detector's latest verdict over the run so far (None before `LIVE_VERDICT_STEPS`);
-    its rates are the growth figures, so the status line and the final report quote one estimator.
-    """
-    by_time = timeline.by_time
-    rates = rates_of(live) if live is not None else {}
-    return LiveStatus(
-        elapsed_s=elapsed_s,
-        steps=steps,
-        epochs=timeline.epoch_count(loader),
-        ram_bytes=by_time.last_value(RAM.column),
-        heap_bytes=by_time.last_value(HEAP.column),
-        vram_allocated_bytes=by_time.last_value(VRAM.column),
-        vram_reserved_bytes=by_time.last_value(VRAM_RESERVED.column),
-        shm_used_bytes=by_time.last_value(SHM.column),
-        workers=workers,
-        ram_per_step=per_step(rates, timeline, "ram", clock, 256),
-        heap_per_step=per_step(rates, timeline, "heap", clock, 256),
-        vram_per_step=per_step(rates, timeline, "vram", clock, 256),
-        verdict=None if live is None else short_verdict(live),
-        clock=clock,
-        holder=holder,
-    )
-
-
 # ----------------------------------------------------------------------------- the report
 
 
@@ -357,14 +286,11 @@ def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
 _Summary = TypeVar("_Summary", RamSummary, HeapSummary, VramSummary, ShmSummary)
 
 
-def assemble_report(
-    evidence: RunEvidence, max_rows: int | None = None, max_points: int = FINAL_VERDICT_POINTS
-) -> Report:
-    """The Report of a run: summaries, the verdict and its advice, suspects, worker deaths.
-
-    `max_rows`, `max_points`: what the verdict judges at most (`diagnose`); None judges every row, as a
-    run's own report does. A report of many ranks bounds them (RANK_VERDICT_ROWS)."""
-    timeline, exc = evidence.timeline, evidence.exception
+def _summaries(
+    evidence: RunEvidence,
+) -> tuple[RamSummary, HeapSummary | None, ShmSummary | None, WorkerSummary | None]:
+    """The host resources' summaries (RAM, heap, /dev/shm, workers), their rates left to the verdict."""
+    timeline = evidence.timeline
     by_time = timeline.by_time
     ram = RamSummary(
         start_bytes=_int_or(by_time.first_value(RAM.column)),
@@ -402,11 +328,15 @@ def assemble_report(
             pids_seen=evidence.workers.pids_seen,
             per_worker=tuple({"pid": pid, "pss_peak": pss, "uss_peak": uss} for pid, pss, uss in evidence.workers.peaks),
         )
-    vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
-    found = () if evidence.holder_search is None else evidence.holder_search.found
-    suspects = with_trends((*evidence.suspects, *found), evidence.holder_series)
-    curves = diagnose(
-        timeline,
+    return ram, heap, shm, workers
+
+
+def _curves(
+    evidence: RunEvidence, vram: VramSummary | None, shm: ShmSummary | None, max_rows: int | None, max_points: int
+) -> Diagnosis:
+    """The curves' verdict over the whole run (the reading after the block ends its series)."""
+    return diagnose(
+        evidence.timeline,
         evidence.steps,
         evidence.wall_s,
         ram_limit_bytes=float(evidence.ram_limit_bytes),
@@ -421,16 +351,35 @@ def assemble_report(
         max_rows=max_rows,
         max_points=max_points,
     )
+
+
+def _shm_warning(shm: ShmSummary | None) -> list[str]:
+    """A /dev/shm that came close to full, where no worker died of it."""
+    warning = None if shm is None else shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
+    return [warning] if warning else []
+
+
+def assemble_report(
+    evidence: RunEvidence, max_rows: int | None = None, max_points: int = FINAL_VERDICT_POINTS
+) -> Report:
+    """The Report of a run: summaries, the verdict and its advice, suspects, worker deaths.
+
+    `max_rows`, `max_points`: what the verdict judges at most (`diagnose`); None judges every row, as a
+    run's own report does. A report of many ranks bounds them (RANK_VERDICT_ROWS)."""
+    timeline, exc = evidence.timeline, evidence.exception
+    by_time = timeline.by_time
+    ram, heap, shm, workers = _summaries(evidence)
+    vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
+    found = () if evidence.holder_search is None else evidence.holder_search.found
+    suspects = with_trends((*evidence.suspects, *found), evidence.holder_series)
+    curves = _curves(evidence, vram, shm, max_rows, max_points)
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(
         curves, suspects, evidence.clock, float(ram.limit_bytes - ram.end_bytes), steps_per_s,
         tracked=bool(evidence.holder_series), on_accelerator=evidence.holders_on_accelerator,
         device_headroom_bytes=None if vram is None else vram_headroom_bytes(vram), searched=evidence.holder_search,
     )
-    death_advice = worker_death_advice(evidence, ram, shm)
-    if shm is not None and not death_advice:
-        warning = shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
-        death_advice += [warning] if warning else []
+    death_advice = worker_death_advice(evidence, ram, shm) or _shm_warning(shm)
     rates, clock = rates_of(diagnosis), evidence.clock
     if diagnosis.resource is not None and diagnosis.per_step_bytes is not None:
         rates[diagnosis.resource] = diagnosis.per_step_bytes  # the table quotes the verdict's own rate

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from ..analysis.holders import grows, top_holder
+from ..analysis.holder_trends import grows, top_holder
 from ..core.model import RamSummary, RankSummary, ReportData, Suspect, VerdictName, last_of_each_rank
 from ..core.timeline import Timeline
 from ..core.units import format_bytes, format_duration, rate_unit

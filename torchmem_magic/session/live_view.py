@@ -10,8 +10,9 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
 from ..core.model import Clock, DeviceMemory, LiveStatus, RankSummary, Suspect
-from ..report.assemble import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, diagnose, live_status, short_verdict
-from ..analysis.verdict import Diagnosis
+from ..report.assemble import diagnose
+from ..report.live_status import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, live_status, short_verdict
+from ..analysis.findings import Diagnosis
 
 if TYPE_CHECKING:
     from ..tracing.guard import MemoryGuard

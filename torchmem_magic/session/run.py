@@ -239,14 +239,7 @@ class MemwatchSession:
             self._grad_enabled_at_start = grad_enabled()
             probes = self.probes = ProbeBundle(options.shm_path, self._devices)
             if options.watch_ranks:
-                from ..ranks.feed import RankFeeds
-                from ..ranks.launch_env import ExportedToChildren
-
-                self.ranks = RankFeeds(self.runtime.clock)
-                # torchrun or a spawned launcher started in the block: its ranks stream here as forked ones do
-                self._children_env = ExportedToChildren()
-                self._children_env.export(self.ranks.address, options.interval_ms, self.finder is not None,
-                                          options.guard_share)
+                self._watch_ranks()
             if options.guard_share is not None:
                 shm = probes.shm_usage()
                 self.guard = MemoryGuard(
@@ -287,6 +280,17 @@ class MemwatchSession:
             despite_interrupts(self._close_sources, [])  # an interrupt during the start: no socket directory left
             raise
         return self
+
+    def _watch_ranks(self) -> None:
+        """Ranks forked from this process, and those a launcher started in the block (torchrun, a spawned
+        launcher: they inherit where to stream), stream here."""
+        from ..ranks.feed import RankFeeds
+        from ..ranks.launch_env import ExportedToChildren
+
+        options = self.options
+        self.ranks = RankFeeds(self.runtime.clock)
+        self._children_env = ExportedToChildren()
+        self._children_env.export(self.ranks.address, options.interval_ms, self.finder is not None, options.guard_share)
 
     def _forked_process_handler(self) -> Callable[[TrainingHooks, StepClock | None], None] | None:
         """How a process forked from this one is watched: as a rank streaming to this session."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core import resources
-from ..analysis.holders import top_holder
+from ..analysis.holder_trends import top_holder
 from ..core.slopes import robust_slope
 from ..core.step_requests import RaisedAtStep
 from ..core.units import format_bytes, format_duration, rate_unit

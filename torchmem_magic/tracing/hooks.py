@@ -37,7 +37,6 @@ process for each internal), and installs the rest; every other clock and every c
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import weakref
@@ -48,6 +47,8 @@ from typing import Any, Literal
 from ..analysis.forensics import parse_worker_death
 from ..probes.base import ErrorCount
 from ..core.step_requests import RaisedAtStep
+from .dynamo import compiling_check, dynamo_has_compiled, never_compiling
+from .forks import this_process
 
 StepClock = Literal["optimizer", "backward", "batch", "forward"]
 WRAPPER_MARK = "__torchmem_magic_wrapper__"
@@ -73,32 +74,9 @@ class MissingInternal:
 _announced: set[str] = set()  # the internals already said missing in this process
 
 
-def _never_compiling() -> bool:
-    return False
-
-
 #: `torch.compiler.is_compiling` once hooks were installed (no torch import before): a module global, so
 #: a traced hook's guard on it holds from one watched cell to the next
-_is_compiling: Callable[[], bool] = _never_compiling
-
-
-def _compiling_check() -> Callable[[], bool]:
-    """torch's own "is dynamo tracing now" (constant-folded by dynamo, a flag read in eager code)."""
-    compiler = getattr(sys.modules.get("torch"), "compiler", None)
-    check = getattr(compiler, "is_compiling", None)
-    return check if callable(check) else _never_compiling
-
-
-def dynamo_has_compiled() -> bool:
-    """Whether `torch.compile` was used in this process: dynamo keeps every backend it was given (the
-    `None` entry is its own `disable`, made at import). Where that table is gone, assume it was."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    if eval_frame is None:
-        return False
-    backends = getattr(eval_frame, "cached_backends", None)
-    if not isinstance(backends, dict):
-        return True
-    return any(backend is not None for backend in list(backends.values()))
+_is_compiling: Callable[[], bool] = never_compiling
 
 
 def announce_missing(missing: list[MissingInternal]) -> None:
@@ -136,33 +114,6 @@ def _workers(iterator: Any) -> list[tuple[int, Any]]:
     return workers
 
 
-class _ThisProcess:
-    """This process's id, kept current across forks by an at-fork handler: the step hooks compare it
-    with the pid they were installed in at every step, and `os.getpid()` is a system call (~0.15 µs,
-    twice a step). The handler is registered once per process, by the first hooks installed (never at
-    import), and only stores the new pid."""
-
-    def __init__(self) -> None:
-        self.pid = -1  # unknown until the first hooks are installed
-        self._registered = False
-
-    def watch_forks(self) -> int:
-        """This process's id from now on kept current in `pid` (also in children forked later)."""
-        if not self._registered:
-            register = getattr(os, "register_at_fork", None)  # absent where processes cannot fork
-            if register is not None:
-                register(after_in_child=self._forked)
-            self._registered = True
-        self.pid = os.getpid()
-        return self.pid
-
-    def _forked(self) -> None:
-        self.pid = os.getpid()
-
-
-_this_process = _ThisProcess()
-
-
 class _Patch:
     """One attribute replaced by a wrapper, put back on removal. If someone wrapped our wrapper
     meanwhile, theirs stays and ours turns inert (the wrapper checks `TrainingHooks.active`)."""
@@ -198,7 +149,7 @@ class TrainingHooks:
         self._on_tick = on_tick
         self._on_pass = on_pass
         self.on_foreign_process = on_foreign_process
-        self.pid = _this_process.watch_forks()  # the process whose steps these hooks count
+        self.pid = this_process.watch_forks()  # the process whose steps these hooks count
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []
         self._patches: list[_Patch] = []
@@ -228,7 +179,7 @@ class TrainingHooks:
         if not self.active:
             return
         try:
-            if self.pid != _this_process.pid:
+            if self.pid != this_process.pid:
                 self._foreign(clock)
                 return
             self._on_tick(clock)
@@ -251,7 +202,7 @@ class TrainingHooks:
     ) -> None:
         """In a forked process: count this process's steps for its own session from now on."""
         self._on_tick, self._on_pass, self.on_foreign_process = on_tick, on_pass, on_foreign_process
-        self.pid = _this_process.watch_forks()
+        self.pid = this_process.watch_forks()
         self._forward_state = threading.local()
         self._backward_depth = 0
 
@@ -262,8 +213,8 @@ class TrainingHooks:
         if self.active:
             raise RuntimeError("hooks are already installed")
         self.active = True
-        self.pid = _this_process.watch_forks()
-        _is_compiling = _compiling_check()
+        self.pid = this_process.watch_forks()
+        _is_compiling = compiling_check()
         self.missing = []
         try:
             self._hook_or_note(
@@ -359,7 +310,7 @@ class TrainingHooks:
         if self._forward_handles:
             self._remove_forward_hooks()
         try:
-            if self.pid != _this_process.pid:
+            if self.pid != this_process.pid:
                 self._foreign("optimizer")
                 return
             self._on_tick("optimizer")
@@ -382,7 +333,7 @@ class TrainingHooks:
                 if self._forward_handles:
                     self._remove_forward_hooks()
                 try:
-                    if self.pid != _this_process.pid:
+                    if self.pid != this_process.pid:
                         self._foreign("backward")
                     else:
                         self._on_tick("backward")
@@ -422,12 +373,12 @@ class TrainingHooks:
     def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def __iter__(loader: Any) -> Any:
             iterator = original(loader)
-            if self.active and self.pid != _this_process.pid:
+            if self.active and self.pid != this_process.pid:
                 try:
                     self._foreign(None)
                 except Exception as exc:
                     self.absorb_error(exc)
-            if self.active and self.pid == _this_process.pid:
+            if self.active and self.pid == this_process.pid:
                 try:
                     number = self._loader_numbers.setdefault(loader, len(self._loader_numbers) + 1)
                     self._iterator_loaders[iterator] = number

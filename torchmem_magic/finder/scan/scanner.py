@@ -191,12 +191,8 @@ class Scanner:
         only tensors are still taken, so one huge container cannot starve its siblings. Builtin
         containers of plain data (a record `{"id": 3, "tags": (3, 7)}`) are counted here, not visited."""
         out: list[tuple[Any, LazyPath, int]] = []
-        others = 0
-        limit = self.budget.max_children
-        categories = self._categories.known
-        category_of = self._categories.of
-        visited = self._visited
-        cls = type(obj)
+        others, limit, visited, cls = 0, self.budget.max_children, self._visited, type(obj)
+        categories, category_of = self._categories.known, self._categories.of
         plain_objects = start = 0
         memo = self._plain_lists if cls is list and len(obj) >= MIN_ITEMS else None
         if memo is not None:
@@ -211,20 +207,7 @@ class Scanner:
                 self.plain_objects += plain_objects
                 stats.plain_objects += plain_objects
                 return out
-        if cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
-            items: Any = zip(islice(obj, start, None), repeat(INDEX), count(start)) if start else zip(obj, repeat(INDEX), count())
-        elif cls is dict:
-            items = zip(islice(obj.values(), start, None), repeat(KEY), islice(obj.keys(), start, None))
-            if not ATOMIC_EXACT.issuperset(map(type, obj)):
-                for key in obj:
-                    if type(key) not in ATOMIC_EXACT and id(key) not in visited:  # e.g. optimizer state
-                        out.append((key, (path, KEY_OBJECT, key), depth))
-        elif category is OBJECT:  # its attributes, then what its classes keep for every instance
-            items = chain(children(obj, category), self._categories.class_children(cls))
-        elif category is CLASS:
-            items = class_containers(obj, own_only=True)
-        else:
-            items = children(obj, category)
+        items = self._items(obj, cls, category, start, (path, depth, out))
         all_plain = memo is not None
         for i, (child, how, token) in enumerate(items):
             if i & 0x3FFF == 0x3FFF and time.perf_counter() > self._deadline:  # plain data skips the checks below
@@ -258,6 +241,27 @@ class Scanner:
         self.plain_objects += plain_objects  # cheap: not held against the object budget
         stats.plain_objects += plain_objects
         return out
+
+    def _items(
+        self, obj: Any, cls: type, category: str, start: int, keys_to: tuple[LazyPath, int, list[tuple[Any, LazyPath, int]]]
+    ) -> Any:
+        """(child, how, token) of each child of `obj` from item `start` on; a dict's keys that are objects (an
+        optimizer's state is keyed by parameters) go straight to `keys_to`'s list, at its path and depth."""
+        if cls is list or cls is tuple:  # exact builtins: C-level iteration, no generator frame
+            return zip(islice(obj, start, None), repeat(INDEX), count(start)) if start else zip(obj, repeat(INDEX), count())
+        if cls is dict:
+            path, depth, out = keys_to
+            if not ATOMIC_EXACT.issuperset(map(type, obj)):
+                visited = self._visited
+                for key in obj:
+                    if type(key) not in ATOMIC_EXACT and id(key) not in visited:  # e.g. optimizer state
+                        out.append((key, (path, KEY_OBJECT, key), depth))
+            return zip(islice(obj.values(), start, None), repeat(KEY), islice(obj.keys(), start, None))
+        if category is OBJECT:  # its attributes, then what its classes keep for every instance
+            return chain(children(obj, category), self._categories.class_children(cls))
+        if category is CLASS:
+            return class_containers(obj, own_only=True)
+        return children(obj, category)
 
     def _plain_in_bulk(self, obj: Any, cls: type, start: int) -> tuple[int, int]:
         """(where the item-by-item check resumes, plain containers before it): a long exact list, tuple

@@ -1,0 +1,69 @@
+"""What the leak detector finds, as plain data: a resource's step-aligned series, its finding, and the run's
+diagnosis (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..core.model import VerdictName
+
+
+@dataclass(frozen=True)
+class Series:
+    """One resource's step-aligned samples: steps (x) and bytes (y), plus what the limit is."""
+
+    resource: str  # "heap", "ram", "vram", "vram_reserved", "shm"
+    steps: Sequence[float]
+    values: Sequence[float]
+    limit_bytes: float | None = None  # exhaustion point (RAM limit, device memory, /dev/shm size)
+
+
+@dataclass(frozen=True)
+class ResourceFinding:
+    resource: str
+    verdict: VerdictName
+    leak_kind: str | None
+    per_step_bytes: float | None
+    per_step_error_bytes: float | None
+    warmup_steps: int
+    noise_bytes: float
+    total_growth_bytes: float
+    sporadic_steps: tuple[tuple[int, int], ...] = ()  # (first, last) step each jump may have happened at
+    steps_to_exhaustion: float | None = None
+    net_growth_bytes: float = 0.0  # last minus first value after warm-up
+    per_epoch_bytes: float | None = None  # a staircase's growth per epoch
+    released_bytes: float = 0.0  # what the last reading gave back, left out of the judgement (see `released_at_the_end`)
+    full_at_step: float | None = None  # the first step whose reading was at the limit (see `_ran_out_at`)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The run's verdict: the leaking resource (if any), its rate, when it runs out, and why."""
+
+    verdict: VerdictName
+    leak_kind: str | None
+    resource: str | None
+    per_step_bytes: float | None
+    per_step_error_bytes: float | None
+    steps_to_exhaustion: float | None
+    seconds_to_exhaustion: float | None
+    advice: tuple[str, ...]
+    findings: tuple[ResourceFinding, ...] = field(default=())
+    per_epoch_bytes: float | None = None
+
+    @property
+    def sporadic_steps(self) -> tuple[tuple[int, int], ...]:
+        chosen = next((f for f in self.findings if f.leak_kind == "sporadic" and f.resource == self.resource), None)
+        return () if chosen is None else chosen.sporadic_steps
+
+
+def readings_of(series: Series) -> tuple[list[float], list[float]]:
+    """(steps, values) of the series' readings, those with a NaN left out (a source absent then)."""
+    xs, ys = [], []
+    for x, y in zip(series.steps, series.values):
+        if not (math.isnan(x) or math.isnan(y)):
+            xs.append(float(x))
+            ys.append(float(y))
+    return xs, ys
