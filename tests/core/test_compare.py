@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchmem_magic.report.compare import compare, comparison_text
-from torchmem_magic.core.model import RamSummary, RankSummary, ReportData, Suspect
+from torchmem_magic.core.model import RamSummary, RankSummary, ReportData, ShmSummary, Suspect
 
 MIB, KIB = 2**20, 2**10
 
@@ -83,3 +83,13 @@ def test_a_single_process_run_is_compared_as_one() -> None:
     result = compare(clean, leaking)
     assert [c.label for c in result.changes] == ["run"]
     assert result.changes[0].regressions == ("run was clean, now leak at +2.0 MiB/step",)
+
+
+def test_a_leak_in_shared_memory_is_compared_at_its_own_rate() -> None:
+    """Every resource a verdict can name is compared at its own summary's rate, /dev/shm too."""
+    def shm_run(rate_mib: float) -> ReportData:
+        shm = ShmSummary(0, 64 * MIB, 64 * MIB, 256 * MIB, "file_descriptor", rate_mib * MIB, "/dev/shm")
+        return ReportData(status="ok", wall_s=1.0, samples=10, interval_s=0.1, steps=100, epochs=0, ram=_ram(200),
+                          heap=None, vram=None, shm=shm, workers=None, verdict="leak", resource="shm")
+    result = compare(shm_run(1.0), shm_run(2.0))
+    assert result.changes[0].regressions == ("run's growth +1.0 MiB → +2.0 MiB/step (tolerance 20%)",)

@@ -65,10 +65,8 @@ def _figures(label: str, part: ReportData | RankSummary) -> RunFigures:
     if part.verdict in BAD_VERDICTS:
         if isinstance(part, RankSummary):
             rate = part.per_step_bytes
-        else:
-            by_resource = {"ram": part.ram.per_step_bytes, "heap": part.heap.per_step_bytes if part.heap else None,
-                           "vram": part.vram.per_step_bytes if part.vram else None}
-            rate = by_resource.get(part.resource or "")
+        else:  # the leaking resource's own summary (ram, heap, vram, shm: each a field of the report, by its key)
+            rate = getattr(getattr(part, part.resource or "", None), "per_step_bytes", None)
     return RunFigures(
         label=label, peak_bytes=float(vram if vram is not None else part.ram.peak_bytes),
         peak_of="VRAM" if vram is not None else "RAM", rate_bytes=rate, clock=part.clock, verdict=part.verdict,
