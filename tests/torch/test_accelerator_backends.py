@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from torchmem_magic.session.actions import collect_garbage
-from torchmem_magic.probes.accelerator import AcceleratorProbe
+from torchmem_magic.probes.accelerator import AcceleratorProbe, parse_device
 from torchmem_magic.probes.backends import AcceleratorModuleBackend, CudaBackend, MpsBackend
 from torchmem_magic.report.assemble import RunEvidence, assemble_report
 from torchmem_magic.render.results import Report
@@ -219,3 +219,21 @@ def test_the_gc_button_reads_zero_when_empty_cache_gives_every_byte_back() -> No
     result = collect_garbage(AcceleratorProbe(_torch=SimpleNamespace(cuda=cuda)))
     assert (result.cuda_reserved_before, result.cuda_reserved_after, result.cuda_allocated_after) == (2 * GIB, 0, 0)
     assert "reserved 2.0 GiB → 0 B" in str(result)
+
+
+def test_each_backend_reads_its_own_device_names_without_touching_a_device() -> None:
+    """`--device` names a device of the accelerator in use: its backend counts the devices (asking no context)."""
+    device = Device(initialised=False)
+    cuda = SimpleNamespace(cuda=fake_cuda(device, {}))
+    assert parse_device("cuda:2", cuda) == 2 and parse_device("gpu", cuda) == 0 and parse_device("1", cuda) == 1
+    mps = SimpleNamespace(mps=fake_mps(device))
+    assert parse_device("mps", mps) == 0
+    with pytest.raises(ValueError, match="1 MPS device"):
+        parse_device("mps:1", mps)
+    xpu = fake_xpu_torch(device)
+    assert parse_device("xpu:2", xpu) == 2
+    with pytest.raises(ValueError, match="3 XPU device"):
+        parse_device("xpu:3", xpu)
+    with pytest.raises(ValueError, match=r"takes 'cuda', 'cuda:N' or 'N' \(here also 'xpu:N'\), got 'tpu'"):
+        parse_device("tpu", xpu)
+    assert device.touched == []

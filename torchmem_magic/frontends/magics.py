@@ -105,7 +105,7 @@ class MemwatchMagics(Magics):
     @argument("--no-plot", action="store_true", help="text report only, no live figure")
     @argument("-o", dest="return_report", action="store_true", help="return the Report (r = _)")
     @argument("-q", "--quiet", action="store_true", help="no live figure and no report output")
-    @argument("--device", default=None, help="CUDA device to watch, e.g. cuda:1 (default: all in use)")
+    @argument("--device", default=None, help="device to watch, e.g. cuda:1, mps, xpu:0 (default: all in use)")
     @argument("--no-scan", action="store_true", help="skip the leak finder (no suspects in the report)")
     @argument("--shm-path", default=DEFAULT_SHM_PATH, metavar="DIR", help="shared-memory filesystem to watch")
     @argument(

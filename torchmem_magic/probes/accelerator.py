@@ -12,25 +12,28 @@ from .backends import AcceleratorBackend, DeviceStats, backends_of
 from .base import NAN, Reading
 
 
-def parse_device(spec: str) -> int:
-    """'cuda:1', 'cuda' or '1' -> CUDA device index; ValueError naming the accepted forms.
-
-    Checks the index against the visible device count, which queries the driver without
-    creating a CUDA context.
-    """
+def parse_device(spec: str, torch: Any = None) -> int:
+    """'cuda:1', 'cuda' or '1' (a CUDA index), 'mps', 'xpu:0' (any device type torch.accelerator names) ->
+    the device index, checked against the device count of the backend its type names, which asks the
+    driver without creating a context; ValueError naming the accepted forms."""
+    if torch is None:
+        import torch
     text = spec.strip().lower()
-    if text in ("cuda", "gpu"):
-        text = "0"
-    if text.startswith("cuda:"):
-        text = text[5:]
-    if not text.isdigit():
-        raise ValueError(f"--device takes 'cuda', 'cuda:N' or 'N', got {spec!r}")
-    import torch
-
-    visible = torch.cuda.device_count()
-    if int(text) >= visible:
-        raise ValueError(f"--device {spec}: {visible} CUDA device(s) visible" + ("" if visible else " (no CUDA here)"))
-    return int(text)
+    kind, colon, index = text.partition(":")
+    if not colon:
+        kind, index = ("cuda", text) if text.isdigit() else (text, "0")
+    kind = "cuda" if kind == "gpu" else kind
+    backends = backends_of(torch)
+    backend = next((b for b in backends if b.device_type == kind and kind != "accelerator"), None)
+    if backend is None or not index.isdigit():
+        others = [f"'{b.device_type}:N'" if b.device_count() > 1 else f"'{b.device_type}'"
+                  for b in backends if b.device_type != "cuda" and b.device_count()]
+        also = f" (here also {', '.join(others)})" if others else ""
+        raise ValueError(f"--device takes 'cuda', 'cuda:N' or 'N'{also}, got {spec!r}")
+    visible, name = backend.device_count(), kind.upper()
+    if int(index) >= visible:
+        raise ValueError(f"--device {spec}: {visible} {name} device(s) visible" + ("" if visible else f" (no {name} here)"))
+    return int(index)
 
 
 @dataclass

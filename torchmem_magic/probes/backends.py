@@ -58,6 +58,10 @@ class AcceleratorBackend(Protocol):
         """'cuda:0', 'mps', 'xpu:1'."""
         ...
 
+    def device_count(self) -> int:
+        """Devices visible, counted without initialising the accelerator (0: none, or not this torch's)."""
+        ...
+
 
 def _calls(module: Any, name: str, *args: Any) -> Any:
     """`module.name(*args)`, None where this torch has no such function."""
@@ -74,10 +78,13 @@ class CudaBackend:
         self._cuda: Any = getattr(torch, "cuda", None)
 
     def available(self) -> bool:
-        try:  # the device count asks the driver (NVML where it can) without creating a context
-            return self._cuda is not None and int(self._cuda.device_count()) > 0
+        return self.device_count() > 0
+
+    def device_count(self) -> int:
+        try:  # asks the driver (NVML where it can) without creating a context
+            return int(self._cuda.device_count()) if self._cuda is not None else 0
         except Exception:
-            return False
+            return 0
 
     def initialised(self) -> bool:
         try:
@@ -157,6 +164,9 @@ class MpsBackend:
         except Exception:
             return False
 
+    def device_count(self) -> int:
+        return 1 if self.available() else 0  # one GPU, shared with the CPU
+
     def in_use(self, devices: Sequence[int] | None) -> list[DeviceStats]:
         if not self.initialised():
             return []
@@ -212,6 +222,12 @@ class AcceleratorModuleBackend:
             return self._type() is not None and bool(self._accelerator.is_available())
         except Exception:
             return False
+
+    def device_count(self) -> int:
+        try:
+            return int(_calls(self._accelerator, "device_count") or 0) if self.available() else 0
+        except Exception:
+            return 0
 
     def initialised(self) -> bool:
         try:
