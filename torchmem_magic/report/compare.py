@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..core.model import RankSummary, ReportData, Suspect
 from ..core.units import format_bytes, rate_unit
+from .rates import leak_rate
 
 DEFAULT_TOLERANCE = 0.20
 MIN_RATE_CHANGE_BYTES = 1024.0
@@ -65,8 +66,8 @@ def _figures(label: str, part: ReportData | RankSummary) -> RunFigures:
     if part.verdict in BAD_VERDICTS:
         if isinstance(part, RankSummary):
             rate = part.per_step_bytes
-        else:  # the leaking resource's own summary (ram, heap, vram, shm: each a field of the report, by its key)
-            rate = getattr(getattr(part, part.resource or "", None), "per_step_bytes", None)
+        else:
+            rate = leak_rate(part, part.resource)
     return RunFigures(
         label=label, peak_bytes=float(vram if vram is not None else part.ram.peak_bytes),
         peak_of="VRAM" if vram is not None else "RAM", rate_bytes=rate, clock=part.clock, verdict=part.verdict,

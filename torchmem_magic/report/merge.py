@@ -16,6 +16,7 @@ from ..analysis.holder_trends import grows, top_holder
 from ..core.model import RamSummary, RankSummary, ReportData, Suspect, VerdictName, last_of_each_rank
 from ..core.timeline import Timeline
 from ..core.units import format_bytes, format_duration, rate_unit
+from .rates import leak_rate
 
 R = TypeVar("R", bound=ReportData)
 SEVERITY: dict[str, int] = {"clean": 0, "unknown": 1, "suspect": 2, "leak": 3}
@@ -40,19 +41,13 @@ def summary_of(
     cuda_contexts: tuple[dict[str, Any], ...] = (),
 ) -> RankSummary:
     """One rank's entry, from the report assembled from what it streamed."""
-    rates = {
-        "ram": report.ram.per_step_bytes,
-        "heap": None if report.heap is None else report.heap.per_step_bytes,
-        "vram": None if report.vram is None else report.vram.per_step_bytes,
-        "shm": None if report.shm is None else report.shm.per_step_bytes,
-    }
     return RankSummary(
         rank=rank, pid=pid, host=host, ram=report.ram, heap=report.heap, vram=report.vram,
         steps=report.steps, verdict=report.verdict, leak_kind=report.leak_kind, resource=report.resource,
         steps_to_exhaustion=report.steps_to_exhaustion,
         suspects=tuple(replace(s, rank=rank) for s in report.suspects),
         clock=report.clock,
-        per_step_bytes=rates.get(report.resource) if report.resource else None,
+        per_step_bytes=leak_rate(report, report.resource),
         epochs=report.epochs,
         status=status or report.status, ended=ended or _first_line(report.error if report.status == "error" else None),
         wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,

@@ -3,6 +3,8 @@ the series; one rule, so the status line and the report quote the same figure.""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..analysis.findings import Diagnosis
 from ..core import resources
 from ..core.model import Clock
@@ -35,3 +37,12 @@ def per_step(
     if clock == "time":
         return growth_per_step(timeline.by_time, RATE_COLUMNS[resource], "t_s", max_points)
     return growth_per_step(timeline.by_step, RATE_COLUMNS[resource], "step", max_points)
+
+
+def leak_rate(report: Any, resource: str | None) -> float | None:
+    """Growth per step of the resource a verdict named, as that resource's own summary on `report` (a
+    Report, or a rank's summary) says: the summary is found through the resources table."""
+    row = next((r for r in resources.RESOURCES if r.key == resource), None)
+    summary = getattr(report, row.summary, None) if row is not None and row.summary else None
+    rate = getattr(summary, "per_step_bytes", None)
+    return None if rate is None else float(rate)
