@@ -240,12 +240,12 @@ def child_components(calls: int, client: ctypes.CDLL, records: Path) -> None:
         measure("optimizer tick, sampled", sampled_tick, calls)
         nothing_due(session)
         measure("holder scan", lambda: tracker.scan(session.steps), max(calls // 10, 5))
-        measure("sampler reading", session._background_row, calls)
+        measure("sampler reading", session.background.row, calls)
         recorder, view = session.recorder, session.view
 
         def flush_after_readings() -> None:
             for _ in range(5):
-                session.timeline.by_time.append(session._background_row())
+                session.timeline.by_time.append(session.background.row())
             recorder._flush(view)
 
         measure("flight record flush after 5 readings", flush_after_readings, max(calls // 10, 5))

@@ -2,7 +2,7 @@
 peak while it scans a namespace of a million objects.
 
 A session's run is simulated on its own code paths with a simulated clock: the sampler's readings
-(`_background_row`, real probes) every `interval`, and optimizer steps in between (the step hook's
+(`BackgroundReadings.row`, real probes) every `interval`, and optimizer steps in between (the step hook's
 path: step sampling, filing the step rows), so an hour takes seconds. tracemalloc counts what
 memwatch's modules allocate (its buffers, the step-row queue, the holders' series); the readings
 of a real 24 h are too many to take one by one, so 24 h feeds the time series the rows a day would
@@ -72,8 +72,8 @@ def session_memory(hours: float, interval_s: float = 0.01, steps_per_s: float = 
             clock.now_s += 1.0 / steps_per_s
             due -= 1.0
         clock.now_s = (tick + 1) * interval_s
-        session.timeline.by_time.append(session._background_row())
-    row = session._background_row()
+        session.timeline.by_time.append(session.background.row())
+    row = session.background.row()
     for tick in range(ticks, int(hours * 3600 / interval_s)):  # the rest of a day: the time series only
         row["t_s"] = tick * interval_s
         session.timeline.by_time.append(row)
@@ -105,7 +105,7 @@ def record_size(hours: float = 24.0, interval_s: float = 0.1, steps_per_s: float
         view = session.view
         assert session._sampler is not None and recorder.path is not None and view is not None
         session._sampler.stop()
-        row = session._background_row()
+        row = session.background.row()
         step_row = dict(row)
         largest = cpu_s = 0.0
         steps_per_row = steps_per_s * interval_s

@@ -256,7 +256,7 @@ def _template_row() -> dict[str, float]:
     session = MemwatchSession(SessionOptions(DEFAULT_INTERVAL_MS, watch_ranks=False, train_hooks=False))
     session.start()
     try:
-        return session._background_row()
+        return session.background.row()
     finally:
         session.stop()
 

@@ -77,7 +77,7 @@ def test_a_long_run_keeps_a_bounded_file(record_dir: Path, monkeypatch: pytest.M
         assert session._sampler is not None and recorder.path is not None
         session._sampler.stop()  # the test feeds the rows, a long run's worth, at simulated times
         for i in range(20_000):
-            row = session._background_row()
+            row = session.background.row()
             row["t_s"] = i * 0.1
             session.timeline.by_time.append(row)
             recorder._next_flush_s = 0.0

@@ -1,9 +1,9 @@
 """One memwatch run: probes + sampler thread + torch hooks + leak finder, started and stopped as a unit.
 
-The session gathers; `report.py` decides and assembles. Every front end (the cell magic, the script
-API, the command line, a rank's agent) builds its `SessionOptions` once and drives a `MemwatchSession`.
-The session owns its parts, each with its own state: the step clock (`StepCounter`), the leak finder,
-the probes; those who watch the run go (listeners, the flight recorder, the guard) get a read-only
+The session gathers; the report's assembly decides. Every front end (the cell magic, the script API, the
+command line, a rank's agent) builds its `SessionOptions` once and drives a `MemwatchSession`. The
+session owns its parts, each with its own state: the step clock (`StepCounter`), the leak finder, the
+probes, what runs at each step (`StepPath`) and at each reading (`BackgroundReadings`); those who watch the run go (listeners, the flight recorder, the guard) get a read-only
 `LiveView`. Stopping always removes hooks and joins the thread before anything else, so nothing is
 left behind after an exception or KeyboardInterrupt.
 """
@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 from ..tracing.grad_mode import grad_enabled, restore_after_cut_step
 from ..tracing.guard import MemoryGuard
 from ..analysis.holders import needs_holder_search
-from ..tracing.hooks import LoaderPass, StepClock, TrainingHooks
+from ..tracing.hooks import StepClock, TrainingHooks
 from ..finder.leak_finder import LeakFinder, LeakSearch
 from .lifecycle import (
     Ending, Registry, collect_young_garbage, cuts_in_anywhere, despite_interrupts, despite_worker_deaths,
 )
+from .background import BackgroundReadings
 from .live_view import Listener, LiveView
+from .step_path import StepPath
 from ..core.model import Clock, Suspect
 from ..core.options import SessionOptions
 from ..probes.accelerator import parse_device
@@ -104,11 +106,15 @@ class MemwatchSession:
         self.step_counter = StepCounter()
         self.finder = None if search is None else LeakFinder(search, _registry.scan_memo, options.keep_scanned_holders)
         self.requests = StepRequests(on_error=self._absorb_callback_error)
+        self.step_path = StepPath(self.step_counter, self.requests, self.finder, self.runtime, self.timeline, cpu_clock)
+        # a step of any clock, and a DataLoader pass begun: on the training thread (the hooks call them)
+        self.tick, self.pass_started = self.step_path.tick, self.step_path.pass_started
         self.probes: ProbeBundle | None = None
         self.ranks: RankFeeds | None = None
         self._children_env: ExportedToChildren | None = None
         self.guard: MemoryGuard | None = None  # made at start, once the limits are known
         self.view: LiveView | None = None
+        self.background: BackgroundReadings | None = None  # made at start, once the probes are open
         self.evidence: RunEvidence | None = None  # what the report was assembled from
         self.report: Report | None = None
         self._hooks: TrainingHooks | None = None
@@ -135,95 +141,9 @@ class MemwatchSession:
         scans_s = self.finder.spent_s if self.finder is not None else 0.0
         return self.step_counter.samples_cpu_s + scans_s + (self._sampler.cpu_s if self._sampler is not None else 0.0)
 
-    # ------------------------------------------------------------------ the training thread
-    def tick(self, clock: StepClock) -> None:
-        """A step of any clock, on the thread that made it (also one a rank made before it adopted the
-        hooks): must stay cheap. Requests (clicks, the guard's stop) and the leak finder's scans run
-        here, between two steps; a sampled step reads only the ~1 µs counters and queues its row (with a
-        guard, /dev/shm too, for its check); a step not sampled reads nothing."""
-        __tracebackhide__ = True
-        steps = self.step_counter
-        if clock in steps.lesser:  # e.g. the backward pass of a loop with an optimizer: counted, no more
-            steps.counts[clock] += 1
-            return
-        generation = steps.generation
-        step = steps.count(clock, self._hooks.current_loader if self._hooks is not None else None)
-        if step is None:
-            return
-        if steps.generation != generation:
-            self._clock_replaced()
-        if self.requests.pending:
-            self.requests.run(step)
-        finder = self.finder
-        if finder is not None and finder.scan_due(step):
-            finder.scan(step)
-        if step >= steps.sampling.next_sampled_step:
-            self._sample_step(step)
-
-    def _sample_step(self, step: int) -> None:
-        """A sampled step: its step-aligned row, and the guard's check of it, which may raise its
-        MemoryGuardError at this very step (a fill can pass the threshold within a sampling interval)
-        and brings the next sampled step closer as a resource nears its threshold. The check's cost
-        counts as the sample's, so away from the thresholds the stride keeps samples in their budget."""
-        __tracebackhide__ = True
-        steps, guard = self.step_counter, self.guard
-        started_s, cpu_started_s = self.runtime.clock(), self._cpu_clock()
-        assert self.probes is not None
-        row = self.probes.step_row()
-        row["t_s"], row["step"] = started_s - (self.runtime.started_s or 0.0), float(step)
-        if guard is not None and self.view is not None:
-            stop = guard.check_step(row, self.view, steps.sampling.stride)
-            if stop is not None:
-                self.requests.raise_at_step(stop)
-        steps.queue(row, step, started_s, self._cpu_clock() - cpu_started_s)
-        if guard is not None:
-            steps.sampling.sample_within(guard.next_check_steps)
-            if self.requests.pending:  # this check's error, or the sampler's that came since the step began
-                self.requests.run(step)
-
-    def _clock_replaced(self) -> None:
-        """A better clock: the holders' and the guard's steps so far meant something else."""
-        if self.finder is not None:
-            self.finder.restart()
-        if self.guard is not None:
-            self.guard.restart_steps()
-
-    def pass_started(self, loader_pass: LoaderPass) -> None:
-        """A DataLoader pass began (also one that began before this session's hooks were its own)."""
-        workers = loader_pass.workers
-        self.step_counter.pass_started(
-            self.timeline, self.runtime.elapsed_s(), loader_pass.loader, loader_pass.batches, len(workers)
-        )
-        if workers and self.probes is not None:
-            self.probes.announce_workers(workers)
-
     def _absorb_callback_error(self, exc: Exception) -> None:
         assert self._hooks is not None
         self._hooks.absorb_error(exc)
-
-    # ------------------------------------------------------------------ the sampler thread
-    def _background_row(self) -> dict[str, float]:
-        """The full reading, incl. children discovery and PSS at their slow rates."""
-        self.step_counter.file_rows(self.timeline, self._cpu_clock)
-        if self.ranks is not None:
-            self.ranks.poll()
-        assert self.probes is not None
-        running = not self.runtime.ended
-        row = self.probes.background_row(running)
-        row["t_s"], row["step"] = self.runtime.elapsed_s(), float(self.step_counter.steps)
-        if running and self.view is not None:
-            if self.recorder is not None:  # the row itself is recorded when the sampler appends it: at the next flush
-                self.recorder.on_sample(self.view, row["t_s"])
-            if self.guard is not None:
-                stop = self.guard.check(row, self.view)
-                if stop is not None:
-                    self.requests.raise_at_step(stop)
-        return row
-
-    def _on_sampler_tick(self) -> float | None:
-        if self.listener is not None and self.view is not None:
-            return self.listener.on_tick(self.view)
-        return None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemwatchSession:
@@ -250,24 +170,31 @@ class MemwatchSession:
                 collect_young_garbage()
             if self.finder is not None:  # what each name held before the cell: `new_in_cell`
                 self.finder.start()
-            self.view = LiveView(options, self.runtime, self.step_counter, self.timeline, probes, self.finder, self.ranks, self.guard)
+            view = self.view = LiveView(
+                options, self.runtime, self.step_counter, self.timeline, probes, self.finder, self.ranks, self.guard
+            )
+            self.step_path.probes, self.step_path.guard, self.step_path.view = probes, self.guard, view
+            self.background = BackgroundReadings(
+                self.step_counter, self.timeline, self.runtime, probes, self.requests, view, self._cpu_clock,
+                self.ranks, self.recorder, self.guard, self.listener,
+            )
             self.runtime.start()
             if self.ranks is not None:
                 self.ranks.start(self.runtime.started_s or 0.0)
-            self.timeline.by_time.append(self._background_row())
+            self.timeline.by_time.append(self.background.row())
             if self.recorder is not None:
                 self.recorder.start(self.view)
             on_forked = self._forked_process_handler()
             if self._adopt_hooks is not None:
-                self._hooks = self._adopt_hooks
+                self._hooks = self.step_path.hooks = self._adopt_hooks
                 self._hooks.adopt(self.tick, self.pass_started, on_forked)
             elif options.train_hooks:
-                self._hooks = TrainingHooks(self.tick, self.pass_started, on_forked)
+                self._hooks = self.step_path.hooks = TrainingHooks(self.tick, self.pass_started, on_forked)
                 self._hooks.install()
             listener = self.listener
             self._sampler = Sampler(
-                self._background_row, self.timeline.by_time, options.interval_s,
-                on_tick=self._on_sampler_tick if listener is not None else None,
+                self.background.row, self.timeline.by_time, options.interval_s,
+                on_tick=self.background.on_tick if listener is not None else None,
                 tick_period_s=getattr(listener, "tick_period_s", 0.5),
                 on_tick_share=getattr(listener, "tick_cpu_share", None),
                 tick_max_period_s=getattr(listener, "tick_max_period_s", None),
@@ -355,7 +282,8 @@ class MemwatchSession:
                   f"grad mode is {'on' if self._grad_enabled_at_start else 'off'} again, as before the run", file=sys.stderr)
 
         def make_report(scan: bool) -> None:
-            self._final_readings()
+            if self.background is not None:
+                self.background.final()
             finder, steps = self.finder, self.step_counter.steps
             suspects = finder.finish(scan, steps) if finder is not None else ()
             self.evidence = self._evidence(ending.ended_by(), suspects)
@@ -383,14 +311,6 @@ class MemwatchSession:
             print(report)
         ending.raise_kept()
         return report
-
-    def _final_readings(self) -> None:
-        """One last background reading (also as a step-aligned row if the stride skipped the last steps)."""
-        if self.ranks is not None:
-            self.ranks.poll(force=True)  # what the ranks sent since the sampler's last read
-        row = self._background_row()  # also files queued step rows
-        self.timeline.by_time.append(row)
-        self.step_counter.final_row(self.timeline, row)
 
     def _evidence(self, ended_by: BaseException | None, suspects: tuple[Suspect, ...]) -> RunEvidence:
         """What this run gathered, as plain data for `assemble_report`."""

@@ -1,0 +1,65 @@
+"""What runs on the sampler thread at each reading: every probe read in full (children found, PSS at their
+slow rates), the step rows the training thread queued filed, what the ranks sent, the flight record and
+the guard's check of the reading; and the live listener's tick."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..core.step_requests import StepRequests
+from ..core.timeline import Timeline
+from ..probes.bundle import ProbeBundle
+from ..tracing.steps import RunTime, StepCounter
+from .live_view import Listener, LiveView
+
+if TYPE_CHECKING:
+    from ..flight.recorder import FlightRecorder
+    from ..ranks.feed import RankFeeds
+    from ..tracing.guard import MemoryGuard
+
+
+@dataclass
+class BackgroundReadings:
+    """The session's part on the sampler thread (see the module's docstring), made once its parts are open."""
+
+    steps: StepCounter
+    timeline: Timeline
+    runtime: RunTime
+    probes: ProbeBundle
+    requests: StepRequests
+    view: LiveView
+    cpu_clock: Callable[[], float]
+    ranks: RankFeeds | None = None
+    recorder: FlightRecorder | None = None
+    guard: MemoryGuard | None = None
+    listener: Listener | None = None
+
+    def row(self) -> dict[str, float]:
+        """The full reading, incl. children discovery and PSS at their slow rates."""
+        self.steps.file_rows(self.timeline, self.cpu_clock)
+        if self.ranks is not None:
+            self.ranks.poll()
+        running = not self.runtime.ended
+        row = self.probes.background_row(running)
+        row["t_s"], row["step"] = self.runtime.elapsed_s(), float(self.steps.steps)
+        if running:
+            if self.recorder is not None:  # the row itself is recorded when the sampler appends it: at the next flush
+                self.recorder.on_sample(self.view, row["t_s"])
+            if self.guard is not None:
+                stop = self.guard.check(row, self.view)
+                if stop is not None:
+                    self.requests.raise_at_step(stop)
+        return row
+
+    def on_tick(self) -> float | None:
+        return self.listener.on_tick(self.view) if self.listener is not None else None
+
+    def final(self) -> None:
+        """One last reading (also as a step-aligned row if the stride skipped the last steps)."""
+        if self.ranks is not None:
+            self.ranks.poll(force=True)  # what the ranks sent since the sampler's last read
+        row = self.row()  # also files queued step rows
+        self.timeline.by_time.append(row)
+        self.steps.final_row(self.timeline, row)
