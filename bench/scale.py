@@ -51,9 +51,10 @@ from torchmem_magic.report.merge import with_ranks  # noqa: E402
 from torchmem_magic.core.model import Clock  # noqa: E402
 from torchmem_magic.probes import process as process_probe  # noqa: E402
 from torchmem_magic.core.options import DEFAULT_INTERVAL_MS, SessionOptions  # noqa: E402
-from torchmem_magic.ranks.feed import RankFeed, RankFeeds, apply_message, rank_numbers  # noqa: E402
+from torchmem_magic.ranks.feed import RankFeeds, rank_numbers  # noqa: E402
+from torchmem_magic.stream.feed import RankFeed, apply_message  # noqa: E402
 from torchmem_magic.ranks.live import MAX_REJUDGED_PER_CALL, LiveRanks, worst_live  # noqa: E402
-from torchmem_magic.ranks.protocol import evidence_fields, events_message, row_values  # noqa: E402
+from torchmem_magic.stream.protocol import evidence_fields, events_message, row_values  # noqa: E402
 from torchmem_magic.ranks.settings import RankSettings  # noqa: E402
 from torchmem_magic.finder.scan.memo import ScanMemo, scan_reusing  # noqa: E402
 from torchmem_magic.finder.scan.plain_lists import PlainListMemo  # noqa: E402

@@ -14,7 +14,7 @@ from pathlib import Path
 from watching import SCRIPTS, environment, load, torchrun
 
 from torchmem_magic.ranks.launch_env import watched_environment
-from torchmem_magic.ranks.protocol import ENV_GUARD
+from torchmem_magic.stream.protocol import ENV_GUARD
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
 
 DDP = str(SCRIPTS / "ddp_leak.py")

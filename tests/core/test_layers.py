@@ -26,6 +26,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leak finder", ("finder",)),
     ("probes", ("probes",)),
     ("tracing", ("tracing",)),
+    ("the stream", ("stream",)),
     ("ranks", ("ranks",)),
     ("flight record", ("flight",)),
     ("session", ("session",)),
@@ -36,10 +37,11 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
 PURE_FLOORS = ("the data model", "analysis", "renderers", "report assembly")
 #: modules above the pure floors that are pure all the same, and must stay so: the leak finder's scan, its
 #: suspects and memcheck (they read torch objects only when handed them), where a notebook keeps its names,
-#: the ranks' wire format and job records, where flight records live, which thread sends the live figure's
-#: updates, and tracebacks IPython can show (a name ending in "." is every module under it)
+#: the stream's wire format and its reader, the ranks' job records, where flight records live, which thread
+#: sends the live figure's updates, and tracebacks IPython can show (a name ending in "." is every module under it)
 PURE_ELSEWHERE = (
-    "finder.scan", "finder.scan.", "finder.notebook", "finder.suspects", "finder.check", "ranks.protocol", "ranks.job",
+    "finder.scan", "finder.scan.", "finder.notebook", "finder.suspects", "finder.check", "stream.protocol", "stream.feed",
+    "ranks.job",
     "flight.place", "widgets.live_route", "session.tracebacks",
 )
 #: the public surface at the package's top, and little else
@@ -137,6 +139,15 @@ def test_imports_point_down_the_layers() -> None:
                     f"{name or '__init__'} ({FLOORS[layer_of(name)][0]}) -> {target} ({FLOORS[layer_of(target)][0]})"
                 )
     assert upward == []
+
+
+def test_the_ranks_and_the_flight_record_import_nothing_of_each_other() -> None:
+    """Both ride the stream (stream/); neither is the other's part."""
+    crossing = [
+        f"{name} -> {target}" for name, path in _modules().items() for target in _imports(name, path)[0]
+        if {folder_of(name), folder_of(target)} == {"ranks", "flight"}
+    ]
+    assert crossing == []
 
 
 def test_no_import_circle() -> None:

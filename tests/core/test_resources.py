@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from torchmem_magic.core import resources
-from torchmem_magic.ranks.protocol import row_of, row_values
+from torchmem_magic.stream.protocol import row_of, row_values
 from torchmem_magic.render.static import CURVES
 from torchmem_magic.report.rates import RATE_COLUMNS
 from torchmem_magic.core.timeline import COLUMNS
@@ -61,7 +61,7 @@ def _run(code: str) -> dict[str, object]:
 def test_a_new_row_reaches_the_columns_the_wire_the_detector_and_the_figure() -> None:
     result = _run("""
         from torchmem_magic.core.timeline import COLUMNS, Timeline
-        from torchmem_magic.ranks.protocol import row_of, row_values
+        from torchmem_magic.stream.protocol import row_of, row_values
         from torchmem_magic.render.static import CURVES
         from torchmem_magic.report.assemble import diagnose
         from torchmem_magic.report.rates import RATE_COLUMNS

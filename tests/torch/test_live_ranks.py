@@ -12,7 +12,7 @@ import pytest
 
 from torchmem_magic.analysis.forensics import WorkerExit
 from torchmem_magic.core.model import LiveStatus
-from torchmem_magic.ranks.feed import RankFeed
+from torchmem_magic.stream.feed import RankFeed
 from torchmem_magic.ranks.feed import rank_numbers
 from torchmem_magic.ranks.live import LiveRanks, RankLive, judge_rank, worst_line, worst_live
 from torchmem_magic.render.text import status_line

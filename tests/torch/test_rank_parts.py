@@ -18,7 +18,7 @@ from test_report import GIB, MIB, evidence, timeline
 from torchmem_magic.tracing.hooks import TrainingHooks
 from torchmem_magic.core.model import DeviceMemory, RankSummary, SourceErrors, Suspect
 from torchmem_magic.probes.nvml import NvmlProcesses, normalized_uuid
-from torchmem_magic.ranks.relay import RelayTimeline
+from torchmem_magic.stream.relay import RelayTimeline
 from torchmem_magic.finder.stack_roots import is_user_code
 from torchmem_magic.report.merge import (
     first_to_die,
@@ -27,17 +27,18 @@ from torchmem_magic.report.merge import (
     with_ranks,
     worst_of,
 )
-from torchmem_magic.ranks.protocol import (
+from torchmem_magic.stream.protocol import (
     apply_events,
     decode,
     encode,
     evidence_fields,
     evidence_from,
 )
-from torchmem_magic.ranks.transport import Outbox, RankSender, RankSink
+from torchmem_magic.stream.transport import Outbox, RankSender, RankSink
 from torchmem_magic.render.text import report_text
 from torchmem_magic.report import assemble as report_module
-from torchmem_magic.ranks.feed import RankFeed, RankFeeds
+from torchmem_magic.ranks.feed import RankFeeds
+from torchmem_magic.stream.feed import RankFeed
 from torchmem_magic.report.assemble import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_report
 from torchmem_magic.core.timeline import Timeline
 from torchmem_magic.core.units import format_bytes
@@ -344,7 +345,8 @@ def test_hooks_firing_in_a_forked_process_go_to_that_process_watcher_only() -> N
 
 def test_how_a_rank_ended_comes_from_its_exit_status_or_its_launchers_exception() -> None:
     from torchmem_magic.analysis.forensics import WorkerExit
-    from torchmem_magic.ranks.feed import RankFeed, RankFeeds
+    from torchmem_magic.ranks.feed import RankFeeds
+    from torchmem_magic.stream.feed import RankFeed
 
     gone = 2**22 + 12345  # no such process
     finished = RankFeed(gone, final={"steps": 10})

@@ -13,7 +13,8 @@ from idle_views import idle_view
 from test_live_ranks import _draw, _feed
 
 from torchmem_magic.core.model import HeapSummary, RamSummary, RankSummary, VramSummary
-from torchmem_magic.ranks.feed import RankFeed, rank_numbers
+from torchmem_magic.ranks.feed import rank_numbers
+from torchmem_magic.stream.feed import RankFeed
 from torchmem_magic.ranks.job import JobStore, encode_summary
 from torchmem_magic.ranks import live as live_module
 from torchmem_magic.ranks import remote as remote_module

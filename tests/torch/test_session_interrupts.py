@@ -121,7 +121,7 @@ def test_a_second_interrupt_while_the_sources_close_neither_loses_the_report_nor
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Seen with two SIGINTs close together: the second landed in the ranks' socket directory's rmtree."""
-    from torchmem_magic.ranks.transport import RankSink
+    from torchmem_magic.stream.transport import RankSink
 
     real_close = RankSink.close
     interrupted = []

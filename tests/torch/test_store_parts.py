@@ -21,7 +21,7 @@ from torchmem_magic.ranks.job import JobStore, encode_death, encode_summary
 from torchmem_magic.ranks.publisher import SummaryPublisher
 from torchmem_magic.ranks.remote import RemoteRanks
 from torchmem_magic.ranks.store_client import StoreClient, StoreUnavailable
-from torchmem_magic.ranks.transport import RankSender
+from torchmem_magic.stream.transport import RankSender
 
 def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from torchmem_magic.frontends.gate import leak_message
 from torchmem_magic.tracing.guard import GuardTrip, Level, _top_holder, guard_message
 from torchmem_magic.core.model import RamSummary, RankSummary, Suspect
-from torchmem_magic.ranks.feed import RankFeed
+from torchmem_magic.stream.feed import RankFeed
 from torchmem_magic.ranks.live import from_summary, judge_rank
 from torchmem_magic.render.results import Report
 

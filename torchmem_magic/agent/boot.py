@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..core.options import DEFAULT_INTERVAL_MS
-from ..ranks.protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
+from ..stream.protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
 
 if TYPE_CHECKING:
     from ..tracing.hooks import LoaderPass, StepClock, TrainingHooks

@@ -22,9 +22,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..core.options import SessionOptions
-from ..ranks.protocol import events_message, evidence_fields
+from ..stream.protocol import events_message, evidence_fields
 from ..ranks.settings import RankSettings
-from ..ranks.transport import Outbox, RankSender
+from ..stream.transport import Outbox, RankSender
 from ..finder.scan.results import Root
 from ..finder.stack_roots import StackRoots, StackSources
 from .publish import StorePublishing

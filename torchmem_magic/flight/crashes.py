@@ -18,8 +18,8 @@ from typing import Any
 from ..core.resources import RAM, SHM, VRAM_RESERVED
 from ..analysis.forensics import death_explanation
 from ..core.model import DeviceMemory, from_schema_dict
-from ..ranks.feed import RankFeed, apply_message
-from ..ranks.protocol import evidence_from
+from ..stream.feed import RankFeed, apply_message
+from ..stream.protocol import evidence_from
 from ..report.assemble import assemble_report
 from ..render.results import Report
 from .place import SHOWN_SUFFIX, SUFFIX, notebook_identity, process_alive, records_dir

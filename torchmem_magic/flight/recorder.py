@@ -28,8 +28,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..ranks.protocol import events_message, row_values
-from ..ranks.transport import Outbox
+from ..stream.protocol import events_message, row_values
+from ..stream.transport import Outbox
 from ..core.timeline import COLUMNS, DecimatingSeries
 from ..probes.oom_kills import oom_kill_counts
 from .place import SUFFIX, identity_key, notebook_identity, process_start_ticks, records_dir

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from ..core.package import PACKAGE_DIR
-from .protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
+from ..stream.protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
 
 BOOTSTRAP_DIR = os.path.join(PACKAGE_DIR, "agent", "bootstrap")
 

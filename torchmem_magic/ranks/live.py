@@ -21,7 +21,8 @@ from ..report.assemble import diagnose
 from ..report.live_status import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS
 from ..core.resources import RAM, VRAM
 from ..core.units import format_bytes, rate_unit
-from .feed import RankFeed, attempt_numbers, died_of, rank_numbers
+from .feed import attempt_numbers, died_of, rank_numbers
+from ..stream.feed import RankFeed
 from ..report.merge import SEVERITY, STOPPED_BY_LAUNCHER, first_ended
 
 LIVE_RANK_PERIOD_S = 1.0

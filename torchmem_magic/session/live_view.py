@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from ..probes.bundle import ProbeBundle
     from ..probes.limits import MemoryLimit
     from ..probes.shm import ShmReading
-    from ..ranks.feed import RankFeed, RankFeeds
+    from ..ranks.feed import RankFeeds
+    from ..stream.feed import RankFeed
     from ..ranks.live import LiveRanks, RankLive
     from ..ranks.remote import RankHistory
     from ..render.results import Report

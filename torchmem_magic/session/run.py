@@ -33,7 +33,7 @@ from ..core.options import SessionOptions
 from ..probes.accelerator import parse_device
 from ..probes.base import merged_errors
 from ..probes.bundle import ProbeBundle
-from ..ranks.relay import RelayTimeline
+from ..stream.relay import RelayTimeline
 from ..ranks.settings import ForkedProcessHandler, RankSettings
 from ..report.assemble import RunEvidence, assemble_report
 from ..render.results import Report
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from ..flight.recorder import FlightRecorder
     from ..ranks.feed import RankFeeds
     from ..ranks.launch_env import ExportedToChildren
-    from ..ranks.transport import Outbox
+    from ..stream.transport import Outbox
 
 _registry: Registry[MemwatchSession, Report] = Registry()
 

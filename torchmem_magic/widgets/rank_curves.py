@@ -25,7 +25,7 @@ from ..report.merge import above_median, imbalance_line
 from ..report.assemble import training_loader
 from ..core.resources import HEAP, RAM, VRAM
 from ..core.timeline import DecimatingSeries
-from ..ranks.feed import RankFeed
+from ..stream.feed import RankFeed
 from ..ranks.remote import RankHistory
 
 MAX_RANK_LINES = 8
