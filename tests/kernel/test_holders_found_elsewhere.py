@@ -160,14 +160,14 @@ def test_a_holder_no_name_reaches_is_found_mid_run_and_a_stale_one_is_not_named(
     fresh_kernel.ok("%%memwatch\n" + MID_RUN_LOOP, timeout_s=180)
     report = fresh_kernel.value(
         "(lambda r: {k: r[k] for k in ('verdict', 'steps', 'live_suspects_at_step', 'advice')} | {'suspects':"
-        " [{k: s[k] for k in ('name', 'path', 'fix', 'growth_per_step', 'series')} for s in r['suspects']]})"
+        " [{k: s[k] for k in ('name', 'path', 'fix', 'growth_per_step', 'series', 'new_in_cell')} for s in r['suspects']]})"
         "(torchmem_magic.last_report().to_dict())"
     )
     said = json.dumps(report, indent=1)
     assert report["verdict"] == "leak" and report["steps"] < 6000, said  # the loop stopped at the 4th scan
     top = report["suspects"][0]
     assert top["name"] == "module global featurestore.CACHE" and top["path"].startswith("featurestore.CACHE["), said
-    assert top["fix"].startswith("featurestore.CACHE keeps them"), said
+    assert top["fix"].startswith("featurestore.CACHE keeps them") and top["new_in_cell"] is True, said
     assert top["growth_per_step"] == pytest.approx(16 * 512 * 4, rel=0.3), said
     assert report["live_suspects_at_step"] is not None and report["live_suspects_at_step"] <= report["steps"], said
     assert not any("datastore" in s["name"] for s in report["suspects"]), said

@@ -280,11 +280,13 @@ class LeakFinder:
 
     def _as_found_elsewhere(self, suspect: Suspect) -> Suspect:
         """A holder the mid-run search found is named for what it is, with its way down and its fix (a
-        rule's fix speaks of a notebook name)."""
+        rule's fix speaks of a notebook name); its size before the run is not known, so it holds memory new
+        in the run where its scans since the search saw it grow."""
         held = self._found_mid_run.get(suspect.name)
         if held is None:
             return suspect
-        return replace(suspect, path=held.path, new_in_cell=False, fix=fix_elsewhere(held.name, held.path, held.kind))
+        grew = holder_trend(suspect.name, self._final_series.get(suspect.name, [])).growing
+        return replace(suspect, path=held.path, new_in_cell=grew, fix=fix_elsewhere(held.name, held.path, held.kind))
 
     def _grown_suspect(self, stats: RootStats, last_step: int) -> Suspect:
         """A name the memo stood in for that grew since before the run: the suspect its own scan makes."""
