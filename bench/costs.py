@@ -36,6 +36,7 @@ def hot_path_costs() -> dict[str, float]:
 
         sampled_us = _median_us(sampled_step)
         filing_us = _median_us(lambda: session.step_counter.file_rows(session.timeline, time.thread_time), n=1) / 2000  # files the 2,000 queued rows
+        assert session.background is not None
         tick_us = _median_us(session.background.row, n=500)
     guarded_us = _guarded_sampled_step_us()
     module, x = torch.nn.Identity(), torch.zeros(1)

@@ -55,7 +55,8 @@ def session_memory(hours: float, interval_s: float = 0.01, steps_per_s: float = 
     clock = SimulatedClock()
     session = MemwatchSession(SessionOptions(interval_s * 1000, watch_ranks=False, train_hooks=False), clock=clock)
     session.start()
-    assert session._sampler is not None
+    background = session.background
+    assert session._sampler is not None and background is not None
     session._sampler.stop()  # this benchmark reads in its place, on the simulated clock
     gc.collect()
     tracemalloc.start()
@@ -72,8 +73,8 @@ def session_memory(hours: float, interval_s: float = 0.01, steps_per_s: float = 
             clock.now_s += 1.0 / steps_per_s
             due -= 1.0
         clock.now_s = (tick + 1) * interval_s
-        session.timeline.by_time.append(session.background.row())
-    row = session.background.row()
+        session.timeline.by_time.append(background.row())
+    row = background.row()
     for tick in range(ticks, int(hours * 3600 / interval_s)):  # the rest of a day: the time series only
         row["t_s"] = tick * interval_s
         session.timeline.by_time.append(row)
@@ -105,6 +106,7 @@ def record_size(hours: float = 24.0, interval_s: float = 0.1, steps_per_s: float
         view = session.view
         assert session._sampler is not None and recorder.path is not None and view is not None
         session._sampler.stop()
+        assert session.background is not None
         row = session.background.row()
         step_row = dict(row)
         largest = cpu_s = 0.0

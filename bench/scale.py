@@ -257,6 +257,7 @@ def _template_row() -> dict[str, float]:
     session = MemwatchSession(SessionOptions(DEFAULT_INTERVAL_MS, watch_ranks=False, train_hooks=False))
     session.start()
     try:
+        assert session.background is not None
         return session.background.row()
     finally:
         session.stop()
