@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,8 +30,10 @@ SEARCH_BACK_S = 1.0
 FOUND_SHARE_OF_GROWTH = 0.1
 HELD_ELSEWHERE_BUDGET = Budget(time_s=0.2, max_findings=0)
 #: the same search mid-run (the live verdict sees growth no holder's scans show), on the training thread
-#: between two steps, once a run, charged to the scans' budget
+#: between two steps, in this much CPU time; one that finds nothing a scan can follow is tried again once the
+#: run has gone on as long again, MID_RUN_SEARCHES in all
 MID_RUN_SEARCH_S = 0.25
+MID_RUN_SEARCHES = 3
 MID_RUN_MEASURE_BUDGET = Budget(time_s=0.05, max_findings=0)
 #: the end-of-cell scan reuses the last scan of a name unchanged since only when scanning it again would
 #: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
@@ -121,7 +124,9 @@ class LeakFinder:
         self._end_storages: frozenset[tuple[object, ...]] = frozenset()  # what the end scan counted
         self._end_reused: frozenset[str] = frozenset()  # the names whose end figures a memo gave
         self._live_line: tuple[int, str | None] = (-1, None)  # (scans it was computed at, the line)
-        self._search_asked = False  # the mid-run search back was asked for (once a run)
+        self._searches = 0  # mid-run searches back asked for
+        self._next_search_s = 0.0  # (monotonic) the next may be asked for from then on
+        self._started_s = 0.0  # (monotonic) when the run began
         self._found_mid_run: dict[str, HeldElsewhere] = {}  # holders it found (their objects let go: `obj=None`)
 
     @property
@@ -132,6 +137,7 @@ class LeakFinder:
         """What each name holds before the run; with an inherited scan, only the names that scan did
         not see (a rank's training function's locals)."""
         assert self._roots is not None
+        self._started_s = time.monotonic()
         inherited = self._inherited
         roots = self._roots()
         if inherited is None:
@@ -183,11 +189,14 @@ class LeakFinder:
         live tensors once, at the next scan, for holders no name reaches; the scans measure them from then
         on, so their growth is shown as any holder's is. Any thread may ask; the training thread searches."""
         tracker = self._tracker
-        if tracker is None or self._search_asked or tracker.scans < FULL_SCAN_EVERY:
+        if tracker is None or self._searches >= MID_RUN_SEARCHES or tracker.scans < FULL_SCAN_EVERY:
+            return
+        if time.monotonic() < self._next_search_s:
             return
         if any(holder_trend(name, points).growing for name, points in tracker.snapshot().items()):
             return
-        self._search_asked = True
+        self._searches += 1
+        self._next_search_s = math.inf  # until this one has run
         tracker.want_search(functools.partial(self._found_now, grown_bytes))
 
     def _found_now(self, grown_bytes: float) -> list[Root]:
@@ -211,6 +220,8 @@ class LeakFinder:
             return found
         finally:
             del roots  # the user's objects: not kept by the traceback of an interrupt in the search
+            now = time.monotonic()
+            self._next_search_s = now + (now - self._started_s)
 
     # ---------------------------------------------------------------- the end
     def finish(self, scan: bool = True, last_step: int = 0) -> tuple[Suspect, ...]:

@@ -275,11 +275,12 @@ class _Search:
 
 
 def search_back(
-    storages: list[tuple[int, list[Any]]], named: dict[int, tuple[str, str]], time_s: float = 1.0
+    storages: list[tuple[int, list[Any]]], named: dict[int, tuple[str, str]], cpu_s: float = 1.0
 ) -> BackSearch:
     """Search from the largest `storages` (see `live_storages`) back to their nearest roots; `named`: the
-    caller's roots, the (name, path) of each by the id of its object."""
-    started = time.perf_counter()
+    caller's roots, the (name, path) of each by the id of its object. `cpu_s` bounds the search in this
+    thread's CPU time: on a busy machine its wall time stretches, its work does not."""
+    started, cpu_started = time.perf_counter(), time.thread_time()
     state = _Search(storages[:MAX_STORAGES], _Roots(named))
     frontier: list[Any] = []
     for index, (_, tensors) in enumerate(state.storages):
@@ -291,7 +292,7 @@ def search_back(
     ignore.update(id(part) for entry in storages for part in (entry, entry[1]))
     levels, cut = 0, False
     while frontier and len(state.holder_of) < len(state.storages):
-        if levels >= MAX_LEVELS or time.perf_counter() - started > time_s:
+        if levels >= MAX_LEVELS or time.thread_time() - cpu_started > cpu_s:
             cut = True
             break
         levels += 1
