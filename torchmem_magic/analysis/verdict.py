@@ -23,6 +23,7 @@ The maths on one series (robust slopes, noise, jumps, the warm-up, a release at 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -197,6 +198,15 @@ class _Evidence:
         _, ys = readings_of(self.series[resource])
         return ys[-1] - ys[0] if ys else 0.0
 
+    @functools.cached_property
+    def workers_added(self) -> float | None:
+        """What the DataLoader workers added, where it is theirs: the kernel's heap explains little of it
+        (flat, or a small fraction) and it is more than their first touches of the parent's pages."""
+        workers, heap = self.findings.get("workers"), self.findings.get("heap")
+        added = workers_growth(self.series["workers"], self.worker_epochs) if workers else 0.0
+        heap_aside = heap is not None and (heap.verdict == "clean" or heap.net_growth_bytes < 0.25 * added)
+        return added if workers and heap_aside and added >= FIRST_TOUCH_BYTES_PER_WORKER * max(1, self.worker_count) else None
+
 
 @dataclass(frozen=True)
 class _Explained:
@@ -220,20 +230,11 @@ def _caching_allocator(e: _Evidence) -> _Explained | None:
     return None
 
 
-def _workers_added(e: _Evidence) -> float | None:
-    """What the DataLoader workers added, where it is theirs: the kernel's heap explains little of it (flat,
-    or a small fraction) and it is more than their first touches of the parent's pages."""
-    workers, heap = e.findings.get("workers"), e.findings.get("heap")
-    added = workers_growth(e.series["workers"], e.worker_epochs) if workers else 0.0
-    heap_aside = heap is not None and (heap.verdict == "clean" or heap.net_growth_bytes < 0.25 * added)
-    return added if workers and heap_aside and added >= FIRST_TOUCH_BYTES_PER_WORKER * max(1, e.worker_count) else None
-
-
 def _copy_on_access(e: _Evidence) -> _Explained | None:
     """Workers copying a dataset page by page as they read it: bounded once every page was touched (the
     note says where it stays); while it still goes on, the process tree's leak (the OOM killer counts the
     workers' memory)."""
-    added = _workers_added(e)
+    added = e.workers_added
     if added is None:
         return None
     workers = e.findings["workers"]
@@ -259,7 +260,7 @@ def _allocator_keeps_rss(e: _Evidence) -> _Explained | None:
         heap.verdict != "leak" and rss is not None and e.grew("heap") < HEAP_SHARE_OF_RSS * e.grew(rss.resource)
     )):
         return None
-    said = rss is not None and rss.verdict == "leak" and _workers_added(e) is None  # else the workers' note says it
+    said = rss is not None and rss.verdict == "leak" and e.workers_added is None  # else the workers' note says it
     note = None if not said else (
         f"RSS grows while the heap in use {'is flat' if heap.verdict == 'clean' else 'grew far less'}: "
         "not memory your objects hold, but freed memory the "

@@ -127,6 +127,7 @@ class LeakFinder:
         self._searches = 0  # mid-run searches back asked for
         self._next_search_s = 0.0  # (monotonic) the next may be asked for from then on
         self._started_s = 0.0  # (monotonic) when the run began
+        self._growing_at: tuple[int, bool] = (-1, False)  # (scans, whether a holder grew in them)
         self._found_mid_run: dict[str, HeldElsewhere] = {}  # holders it found (their objects let go: `obj=None`)
 
     @property
@@ -193,11 +194,21 @@ class LeakFinder:
             return
         if time.monotonic() < self._next_search_s:
             return
-        if any(holder_trend(name, points).growing for name, points in tracker.snapshot().items()):
+        if self._a_holder_grows(tracker):
             return
         self._searches += 1
         self._next_search_s = math.inf  # until this one has run
         tracker.want_search(functools.partial(self._found_now, grown_bytes))
+
+    def _a_holder_grows(self, tracker: HolderTracker) -> bool:
+        """Whether some holder's scans show it growing; judged again only after a new scan (asked every
+        second while the live verdict says leak)."""
+        scans, grows = self._growing_at
+        if scans != tracker.scans:
+            scans = tracker.scans
+            grows = any(holder_trend(name, points).growing for name, points in tracker.snapshot().items())
+            self._growing_at = (scans, grows)
+        return grows
 
     def _found_now(self, grown_bytes: float) -> list[Root]:
         """The holders a search back finds now that no name reaches (each big enough to be where
