@@ -34,7 +34,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torchmem_magic
-from torchmem_magic.ranks import transport
+from torchmem_magic.stream import transport
 from torchmem_magic.stream.protocol import MAX_EVENTS_PER_MESSAGE, decode, encode
 from torchmem_magic.core.options import DEFAULT_INTERVAL_MS
 from torchmem_magic.core.timeline import COLUMNS
