@@ -25,21 +25,24 @@ DDP = str(SCRIPTS / "ddp_leak.py")
 
 
 def _scrape(url: str) -> dict[str, dict[str, float]]:
-    """{gauge name: {rank label (or ''): value}}."""
+    """{gauge name: {rank label (or ''), "/resource" where it has one: value}}."""
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     out: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            out.setdefault(sample.name, {})[sample.labels.get("rank", "")] = sample.value
+            resource = f"/{sample.labels['resource']}" if "resource" in sample.labels else ""
+            out.setdefault(sample.name, {})[sample.labels.get("rank", "") + resource] = sample.value
     return out
 
 
 def test_the_gauges_say_each_ranks_state() -> None:
     board = RankBoard()
     board.ranks = (
-        RankLive(rank=0, pid=10, verdict="clean", steps=300, peak_bytes=2.0e8, host="a", node=0),
-        RankLive(rank=1, pid=11, verdict="leak", steps=280, peak_bytes=3.0e8, per_step_bytes=65536.0, host="b", node=1),
+        RankLive(rank=0, pid=10, verdict="clean", steps=300, peak_bytes=2.0e8, host="a", node=0,
+                 readings=(("ram", 2.0e8), ("heap", 5.0e7))),
+        RankLive(rank=1, pid=11, verdict="leak", steps=280, peak_bytes=3.0e8, per_step_bytes=65536.0, host="b", node=1,
+                 readings=(("ram", 2.5e8), ("vram", 3.0e8))),
         RankLive(rank=2, pid=12, verdict="unknown", steps=20, died="SIGKILL", host="b", node=1),
     )
     endpoint = MetricsEndpoint(board, "127.0.0.1", 0)
@@ -51,6 +54,7 @@ def test_the_gauges_say_each_ranks_state() -> None:
     assert seen["torchmem_magic_rank_growth_bytes_per_step"] == {"0": 0.0, "1": 65536.0, "2": 0.0}
     assert seen["torchmem_magic_rank_up"] == {"0": 1.0, "1": 1.0, "2": 0.0}
     assert seen["torchmem_magic_rank_steps"]["1"] == 280.0 and seen["torchmem_magic_rank_memory_peak_bytes"]["1"] == 3.0e8
+    assert seen["torchmem_magic_rank_memory_bytes"] == {"0/ram": 2.0e8, "0/heap": 5.0e7, "1/ram": 2.5e8, "1/vram": 3.0e8}
     assert seen["torchmem_magic_ranks"] == {"": 3.0} and seen["torchmem_magic_worst_rank"] == {"": 2.0}
     with pytest.raises(urllib.error.URLError):  # closed: nothing is left listening
         urllib.request.urlopen(endpoint.url, timeout=5)

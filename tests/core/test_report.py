@@ -10,14 +10,9 @@ import pytest
 from torchmem_magic.analysis.forensics import WorkerExit
 from torchmem_magic.core.model import DeviceMemory, SourceErrors, Suspect
 from torchmem_magic.render.text import status_line
-from torchmem_magic.report.assemble import (
-    RunEvidence,
-    ShmEvidence,
-    WorkerEvidence,
-    assemble_report,
-    diagnose,
-    vram_headroom_bytes,
-)
+from torchmem_magic.report.assemble import assemble_report, diagnose
+from torchmem_magic.report.evidence import RunEvidence, ShmEvidence, WorkerEvidence
+from torchmem_magic.report.summaries import vram_headroom_bytes
 from torchmem_magic.report.live_status import live_status
 from torchmem_magic.core.timeline import Timeline
 

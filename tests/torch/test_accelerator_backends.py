@@ -15,7 +15,8 @@ import pytest
 from torchmem_magic.session.actions import collect_garbage
 from torchmem_magic.probes.accelerator import AcceleratorProbe, parse_device
 from torchmem_magic.probes.backends import AcceleratorModuleBackend, CudaBackend, MpsBackend
-from torchmem_magic.report.assemble import RunEvidence, assemble_report
+from torchmem_magic.report.assemble import assemble_report
+from torchmem_magic.report.evidence import RunEvidence
 from torchmem_magic.render.results import Report
 from torchmem_magic.core.timeline import Timeline
 

@@ -20,7 +20,8 @@ from ..report.merge import summary_of
 from ..core.model import RankSummary
 from ..ranks.job import PUBLISH_PERIOD_S, JobStore, encode_summary, job_of
 from ..ranks.publisher import SummaryPublisher
-from ..report.assemble import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, RunEvidence, assemble_report
+from ..report.assemble import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_report
+from ..report.evidence import RunEvidence
 
 if TYPE_CHECKING:
     from ..session.live_view import LiveView

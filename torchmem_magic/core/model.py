@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
+from . import resources
+
 REPORT_SCHEMA_VERSION = 2  # 2 added the step clock (version-1 readers keep working: nothing removed)
 MEMCHECK_SCHEMA_VERSION = 1
 
@@ -37,12 +39,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: the metadata of a field holding summaries that each take a key of their own (`ResourceSummary.name`)
+SPREAD: dict[str, Any] = {"key": None, "spread": True}
+
+
 class _SchemaDict:
     """`to_dict()` from the dataclass fields: plain JSON-serialisable data under the schema's keys."""
 
     def to_dict(self) -> dict[str, Any]:
-        out = {}
+        out: dict[str, Any] = {}
         for f in fields(self):  # type: ignore[arg-type]
+            if f.metadata.get("spread"):
+                out.update((summary.name, summary.to_dict()) for summary in getattr(self, f.name))
+                continue
             key = _key(f.name, f.metadata)
             if key is not None:
                 out[key] = _plain(getattr(self, f.name))
@@ -75,6 +84,46 @@ class _VersionedSchemaDict(_SchemaDict):
     def to_dict(self) -> dict[str, Any]:
         """`{"schema": N, ...}` followed by one key per field, as plain JSON-serialisable data."""
         return {"schema": self.schema_version, **super().to_dict()}
+
+
+@dataclass(frozen=True)
+class ResourceSummary(_SchemaDict):
+    """A resource's figures over the run, where the report has no summary of its own for it: what
+    every resource has. It is written under its own key (`name`), beside the report's other summaries."""
+
+    start_bytes: int
+    end_bytes: int
+    peak_bytes: int
+    per_step_bytes: float | None
+    limit_bytes: int | None = None
+    name: str = field(default="", metadata={"key": None})  # its row's `summary` key in the resources table
+
+
+def resource_summary(part: Any, name: str | None) -> Any:
+    """The summary called `name` on a report or a rank's entry: its own field, else one of its
+    `extra` summaries; None where it has none."""
+    if not name:
+        return None
+    if name in {f.name for f in fields(part)}:
+        return getattr(part, name)
+    return next((s for s in getattr(part, "extra", ()) if s.name == name), None)
+
+
+def headline_peak(part: Any) -> tuple[resources.Resource, float]:
+    """The peak a run or a rank is compared and ranked by, with its resource: its accelerator's memory
+    where it used one, else its RAM."""
+    for row in resources.headline_rows():
+        summary = resource_summary(part, row.summary)
+        if summary is not None and summary.peak_bytes:
+            return row, float(summary.peak_bytes)
+    return resources.RAM, float(part.ram.peak_bytes)
+
+
+def leak_summary(part: Any, resource: str | None) -> Any:
+    """The summary of the resource a verdict names ("heap"), found through the resources table; None
+    where the report has none, or the name is no resource that can leak."""
+    row = next((r for r in resources.RESOURCES if r.key == resource and r.leak_rank is not None), None)
+    return None if row is None else resource_summary(part, row.summary)
 
 
 @dataclass(frozen=True)
@@ -127,6 +176,16 @@ class VramSummary(_SchemaDict):
     devices: tuple[str, ...]
     num_alloc_retries: int | None  # cudaMalloc retries during the run (fragmentation / near-OOM)
     per_device: tuple[DeviceMemory, ...] = ()  # end-of-run stats per device, incl. free/total
+
+    @property
+    def peak_bytes(self) -> int:
+        """What the tensors used at most: the figure a summary's peak means for every resource."""
+        return self.allocated_peak_bytes
+
+    @property
+    def end_bytes(self) -> int:
+        """What the tensors used at the end, as every resource's summary says it."""
+        return self.allocated_end_bytes
 
 
 @dataclass(frozen=True)
@@ -228,6 +287,7 @@ class RankSummary(_LargestFirst, _SchemaDict):
     via: str = "stream"
     attempt: int | None = None  # where torchrun restarted the rank: which of its processes (0, 1, ...); else None
     timeline: Any = field(default=None, repr=False, compare=False, metadata={"key": None})
+    extra: tuple[ResourceSummary, ...] = field(default=(), metadata=SPREAD)  # resources without a field here
 
 
 class Attempted(Protocol):
@@ -327,6 +387,7 @@ class ReportData(_LargestFirst, _VersionedSchemaDict):
     vram: VramSummary | None
     shm: ShmSummary | None
     workers: WorkerSummary | None
+    extra: tuple[ResourceSummary, ...] = field(default=(), metadata=SPREAD)  # resources without a field here
     verdict: VerdictName = "unknown"
     leak_kind: str | None = None
     resource: str | None = None

@@ -28,7 +28,10 @@ class Resource:
         label: what users read in the legend and the report table ("RAM (process tree)").
         short: the status line's word for it ("RAM", "VRAM").
         kind: see `Kind`.
-        summary: the Report attribute that summarises it ("vram" for both VRAM columns); None: none.
+        summary: the report's key for its summary ("vram" for both VRAM columns); None: none. A key the
+            report has no field of its own for gets the summary every resource has (start, end, peak,
+            growth, limit).
+        report_row: where its summary's row stands in the report's table (None: no row of its own).
         judged: the leak detector gets its step-aligned series.
         leak_rank: priority when several resources leak (lower first); None: evidence for the detector's
             notes only, never named as the leaking resource.
@@ -54,6 +57,7 @@ class Resource:
     short: str
     kind: Kind
     summary: str | None = None
+    report_row: int | None = None
     judged: bool = True
     leak_rank: int | None = None
     reported_as: str | None = None
@@ -77,7 +81,7 @@ class Resource:
 _OOM_KILLED = "this kernel is OOM-killed"
 
 RAM = Resource(
-    "ram", "ram_bytes", "RAM (process tree)", "RAM", "host", summary="ram", leak_rank=2, limit="ram",
+    "ram", "ram_bytes", "RAM (process tree)", "RAM", "host", summary="ram", report_row=0, leak_rank=2, limit="ram",
     runs_out=_OOM_KILLED, guard_name="RAM", stopped_before="the OOM killer", colour="#1f77b4",
 )  # kernel RSS + children (PSS where known)
 RSS = Resource(
@@ -85,7 +89,7 @@ RSS = Resource(
     launcher_curve=False,
 )  # the kernel process alone
 HEAP = Resource(
-    "heap", "heap_bytes", "heap in use", "heap", "host", summary="heap", leak_rank=0, limit="ram",
+    "heap", "heap_bytes", "heap in use", "heap", "host", summary="heap", report_row=1, leak_rank=0, limit="ram",
     runs_out=_OOM_KILLED, colour="#2ca02c", launcher_curve=False,
 )  # glibc mallinfo2 of the kernel process
 WORKERS = Resource(
@@ -93,10 +97,10 @@ WORKERS = Resource(
     colour="#8c564b", slow=True, sparse=True,
 )  # the DataLoader workers' memory, PSS where known
 WORKER_COUNT = Resource(
-    "worker_count", "workers", "DataLoader workers", "workers", "count", summary="workers", judged=False, slow=True,
+    "worker_count", "workers", "DataLoader workers", "workers", "count", summary="workers", report_row=4, judged=False, slow=True,
 )  # worker processes alive
 VRAM = Resource(
-    "vram", "vram_allocated_bytes", "VRAM allocated", "VRAM", "device", summary="vram", leak_rank=1,
+    "vram", "vram_allocated_bytes", "VRAM allocated", "VRAM", "device", summary="vram", report_row=2, leak_rank=1,
     limit="device", runs_out="CUDA runs out of memory", colour="#d62728",
 )  # what the watched devices' tensors use, summed
 VRAM_RESERVED = Resource(
@@ -104,7 +108,7 @@ VRAM_RESERVED = Resource(
     reported_as="vram", limit="device", guard_name="VRAM", stopped_before="CUDA out of memory", colour="#ff9896",
 )  # what their caching allocators hold
 SHM = Resource(
-    "shm", "shm_used_bytes", "/dev/shm used", "shm", "shm", summary="shm", leak_rank=3, limit="shm",
+    "shm", "shm_used_bytes", "/dev/shm used", "shm", "shm", summary="shm", report_row=3, leak_rank=3, limit="shm",
     runs_out="/dev/shm fills up (DataLoader workers die with a bus error)", full_is_fatal=True, guard_name="/dev/shm",
     stopped_before="a DataLoader worker's bus error", colour="#9467bd", slow=True,
 )
@@ -113,12 +117,25 @@ SHM = Resource(
 RESOURCES: tuple[Resource, ...] = (RAM, RSS, HEAP, WORKERS, WORKER_COUNT, VRAM, VRAM_RESERVED, SHM)
 
 
-def by_key(key: str, table: tuple[Resource, ...] = RESOURCES) -> Resource:
-    """The resource named `key`; KeyError naming the known ones."""
+def by_key(key: str, table: tuple[Resource, ...] | None = None) -> Resource:
+    """The resource named `key` (in `table`, else in `RESOURCES` as it is now); KeyError naming the known ones."""
+    table = RESOURCES if table is None else table
     for resource in table:
         if resource.key == key:
             return resource
     raise KeyError(f"unknown resource {key!r}; known: {', '.join(r.key for r in table)}")
+
+
+def report_rows() -> tuple[Resource, ...]:
+    """The resources that have a row in the report's table, in its order."""
+    table = RESOURCES
+    return tuple(sorted((r for r in table if r.report_row is not None), key=lambda r: r.report_row or 0))
+
+
+def headline_rows() -> tuple[Resource, ...]:
+    """The resources a run's (or a rank's) peak is told by, the first measured wins: an accelerator's
+    memory where it used one, else RAM."""
+    return (*(r for r in RESOURCES if r.kind == "device" and r.leak_rank is not None), RAM)
 
 
 def leak_order(table: tuple[Resource, ...]) -> tuple[str, ...]:

@@ -2,7 +2,8 @@
 cluster already has. Optional: it needs `prometheus_client`, and nothing is served unless asked.
 
 A gauge per figure, one series per rank (labels rank, host, node), as the live status judges them:
-each rank's steps, memory peak, growth per step, whether it leaks and whether it is still reporting.
+each rank's steps, memory peak, last reading of every resource it measures, growth per step, whether
+it leaks and whether it is still reporting.
 The sampler thread keeps the latest judgement; a scrape reads it and computes nothing.
 """
 
@@ -48,6 +49,7 @@ def rank_samples(ranks: tuple[RankLive, ...]) -> dict[str, tuple[str, list[tuple
     gauges: dict[str, tuple[str, list[tuple[dict[str, str], float]]]] = {
         "rank_steps": ("Steps the rank made (of its step clock: optimizer steps, backward passes, ...)", []),
         "rank_memory_peak_bytes": ("The rank's highest memory reading: VRAM allocated where it has CUDA, else RAM", []),
+        "rank_memory_bytes": ("The rank's last reading of each resource it measures (label resource)", []),
         "rank_growth_bytes_per_step": ("The rank's leak rate where its verdict is leak or suspect, else 0", []),
         "rank_verdict": ("The rank's verdict so far: -1 not yet judged, 0 clean, 1 suspect, 2 leak", []),
         "rank_up": ("1 while the rank reports, 0 once it died or its summaries stopped coming", []),
@@ -58,6 +60,7 @@ def rank_samples(ranks: tuple[RankLive, ...]) -> dict[str, tuple[str, list[tuple
                   "clock": rate_unit(rank.clock)}
         gauges["rank_steps"][1].append((labels, float(rank.steps)))
         gauges["rank_memory_peak_bytes"][1].append((labels, rank.peak_bytes))
+        gauges["rank_memory_bytes"][1].extend(({**labels, "resource": key}, value) for key, value in rank.readings)
         gauges["rank_growth_bytes_per_step"][1].append((labels, rank.per_step_bytes or 0.0))
         gauges["rank_verdict"][1].append((labels, float(VERDICT_LEVELS.get(rank.verdict, -1))))
         gauges["rank_up"][1].append((labels, 0.0 if rank.died is not None or rank.stale else 1.0))

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core import resources
 from ..core.model import DeviceMemory
-from ..report.assemble import ShmEvidence, WorkerEvidence
+from ..report.evidence import ShmEvidence, WorkerEvidence
 from .accelerator import AcceleratorProbe
 from .base import ErrorCount, ProbeReader, Reading
 from .heap import HeapProbe

@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..analysis.holder_trends import holder_trend, top_holder, top_trend
-from ..core.model import Clock, RankSummary, VerdictName
+from ..core.model import Clock, RankSummary, VerdictName, headline_peak, resource_summary
 from ..report.assemble import diagnose
 from ..report.live_status import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS
-from ..core.resources import RAM, VRAM
+from ..core import resources
+from ..core.resources import headline_rows
 from ..core.units import format_bytes, rate_unit
 from .feed import attempt_numbers, died_of, rank_numbers
 from ..stream.feed import RankFeed
@@ -53,15 +54,24 @@ class RankLive:
     via: str = "stream"  # "store": another node's rank, as its last summary in the job's store says
     stale: bool = False  # another node's rank whose summaries stopped coming, with nothing to say why
     attempt: int | None = None  # where torchrun restarted the rank: which of its processes
+    readings: tuple[tuple[str, float], ...] = ()  # (resource key, its last reading) of each resource streamed
 
 
 def _peak_bytes(feed: RankFeed) -> float:
+    """As `headline_peak` tells a finished rank's: its accelerator's memory where it has one, else RAM."""
     series = feed.timeline.by_time
-    vram = series.max(VRAM.column)
-    if not math.isnan(vram) and vram > 0:
-        return vram
-    ram = series.max(RAM.column)
-    return 0.0 if math.isnan(ram) else ram
+    for row in headline_rows():
+        peak = series.max(row.column)
+        if not math.isnan(peak) and peak > 0:
+            return peak
+    return 0.0
+
+
+def _readings(feed: RankFeed) -> tuple[tuple[str, float], ...]:
+    """The last reading of each resource the rank streamed, by its key (what a dashboard gauges)."""
+    series = feed.timeline.by_time
+    readings = ((r.key, series.last_value(r.column)) for r in resources.RESOURCES if r.kind != "count")
+    return tuple((key, value) for key, value in readings if not math.isnan(value))
 
 
 def _growing_holder(feed: RankFeed) -> str | None:
@@ -94,13 +104,14 @@ def judge_rank(feed: RankFeed, rank: int, attempt: int | None = None) -> RankLiv
         steps=feed.steps, peak_bytes=_peak_bytes(feed), holder=_growing_holder(feed), died=_died(feed),
         last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,
         host=feed.host, node=None if feed.job is None else feed.job.get("node"), attempt=attempt,
+        readings=_readings(feed),
     )
 
 
 def from_summary(summary: RankSummary) -> RankLive:
     """A finished rank, as the final report judged it (so the last status line agrees with the report)."""
     top = top_holder(summary.suspects, or_largest=summary.verdict == "leak")
-    peak = summary.vram.allocated_peak_bytes if summary.vram is not None and summary.vram.allocated_peak_bytes else summary.ram.peak_bytes
+    peak = headline_peak(summary)[1]
     died = (summary.ended or "stopped") if summary.status == "killed" else None
     return RankLive(
         rank=summary.rank, pid=summary.pid, verdict=summary.verdict, resource=summary.resource,
@@ -108,7 +119,15 @@ def from_summary(summary: RankSummary) -> RankLive:
         holder=None if top is None else top.name, died=died, last_seen_s=summary.last_seen_s,
         stalled_s=summary.stalled_s, exited_s=summary.exited_s, host=summary.host, node=summary.node,
         via=summary.via, stale=summary.status == "stale", attempt=summary.attempt,
+        readings=_last_readings(summary),
     )
+
+
+def _last_readings(summary: RankSummary) -> tuple[tuple[str, float], ...]:
+    """A finished rank's last reading of each resource its entry summarises (by the resource's key)."""
+    readings = ((r.key, getattr(resource_summary(summary, r.summary), "end_bytes", None))
+                for r in resources.RESOURCES if r.summary == r.key)
+    return tuple((key, float(value)) for key, value in readings if value is not None)
 
 
 def worst_first(ranks: Sequence[RankLive]) -> list[RankLive]:

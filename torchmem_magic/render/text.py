@@ -10,62 +10,24 @@ import html
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ..analysis.holder_trends import top_holder
 from ..core.model import (
-    HeapSummary,
     LiveStatus,
     MemcheckData,
-    RamSummary,
     RankSummary,
     ReportData,
-    ShmSummary,
     Suspect,
     TensorFinding,
-    VramSummary,
     earlier_processes,
+    leak_summary,
+    resource_summary,
 )
-from ..core.resources import HEAP, RAM, SHM, VRAM, WORKER_COUNT, by_key
+from ..core.resources import Resource, report_rows
+from .table import format_per_step, report_table_rows
 from ..core.units import count_noun, format_bytes, format_duration, plural_noun, rate_unit
-
-
-def format_per_step(value: float | None, clock: str = "optimizer") -> str:
-    """'+1.0 MiB/step', '+1.0 MiB/batch', '+1.0 MiB/s': growth per step of the report's clock."""
-    return "—" if value is None else f"{format_bytes(value, signed=True)}/{rate_unit(clock)}"
-
-
-Row = tuple[str, str, str, str, str, str]
-
-
-def _row(label: str, start: float, end: float, peak: float, per_step: float | None, note: str, clock: str) -> Row:
-    return (label, format_bytes(start), format_bytes(end), format_bytes(peak), format_per_step(per_step, clock), note)
-
-
-def _rows(report: ReportData) -> list[Row]:
-    """(resource, start, end, peak, growth, note) for each resource that was measured."""
-    ram, heap, vram, shm, workers = report.ram, report.heap, report.vram, report.shm, report.workers
-    clock = report.clock
-    rows = [
-        _row(RAM.label, ram.start_bytes, ram.end_bytes, ram.peak_bytes, ram.per_step_bytes,
-             f"limit {format_bytes(ram.limit_bytes)} ({ram.limit_source})", clock)
-    ]
-    if heap is not None:
-        rows.append(_row(HEAP.label, heap.start_bytes, heap.end_bytes, heap.peak_bytes, heap.per_step_bytes,
-                         "what the kernel really retains", clock))
-    if vram is not None:
-        note = f"reserved {format_bytes(vram.reserved_end_bytes)}"
-        note += f" of {format_bytes(vram.limit_bytes)}" if vram.limit_bytes else ""
-        note += f" on {', '.join(vram.devices)}" if vram.devices else ""
-        rows.append(_row(VRAM.label, vram.allocated_start_bytes, vram.allocated_end_bytes,
-                         vram.allocated_peak_bytes, vram.per_step_bytes, note, clock))
-    if shm is not None:
-        rows.append(_row(f"{SHM.short} ({shm.path})", shm.start_bytes, shm.end_bytes, shm.peak_bytes, shm.per_step_bytes,
-                         f"of {format_bytes(shm.limit_bytes)}, strategy {shm.strategy or '—'}", clock))
-    if workers is not None:
-        rows.append((WORKER_COUNT.label, "", "", format_bytes(workers.peak_bytes), "",
-                     f"{workers.max_count} at once, PSS"))
-    return rows
 
 
 def _count(n: int, noun: str) -> str:
@@ -89,7 +51,7 @@ def report_text(report: ReportData) -> str:
     lines = [_headline(report)]
     if report.error and report.status != "ok":
         lines.append(f"  stopped by {report.error}")
-    rows = _rows(report)
+    rows = report_table_rows(report)
     header = ("", "start", "end", "peak", "growth", "")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
     lines.append("  " + "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths))).rstrip())
@@ -116,7 +78,7 @@ def report_html(report: ReportData) -> str:
         + "</td>"
         + "".join(f"<td style='text-align:right;padding:0 .6em'>{esc(c)}</td>" for c in r[1:5])
         + f"<td style='text-align:left;color:#666'>{esc(r[5])}</td></tr>"
-        for r in _rows(report)
+        for r in report_table_rows(report)
     )
     error = (
         f"<div style='color:#b00'>stopped by {esc(report.error)}</div>" if report.error and report.status != "ok" else ""
@@ -182,10 +144,19 @@ def _rank_progress(status: LiveStatus) -> str:
 
 # ----------------------------------------------------------------------------- ranks
 
-RANK_HEADER = ["rank", "pid", "steps", "RAM peak", "heap peak", "VRAM peak", "growth", "verdict", "top holder"]
+def _peak_columns(ranks: tuple[RankSummary, ...]) -> list[Resource]:
+    """The resources whose peaks the ranks' table shows, in the report table's order: each that can
+    leak and that a rank's entry has a field for, and those the ranks' extra summaries carry."""
+    own = {f.name for f in fields(RankSummary)}
+    carried = {summary.name for rank in ranks for summary in rank.extra}
+    return [r for r in report_rows() if r.leak_rank is not None and (r.summary in own or r.summary in carried)]
 
 
-def _rank_cells(rank: RankSummary, earlier: bool = False) -> list[str]:
+def _rank_header(columns: list[Resource]) -> list[str]:
+    return ["rank", "pid", "steps", *(f"{r.short} peak" for r in columns), "growth", "verdict", "top holder"]
+
+
+def _rank_cells(rank: RankSummary, columns: list[Resource], earlier: bool = False) -> list[str]:
     """`earlier`: a process of the rank before torchrun restarted it (labelled with its attempt)."""
     verdict = rank.verdict + (f" ({rank.leak_kind})" if rank.leak_kind else "")
     if rank.status not in ("ok", "error", "interrupted"):
@@ -199,13 +170,15 @@ def _rank_cells(rank: RankSummary, earlier: bool = False) -> list[str]:
         + (f" (attempt {rank.attempt})" if earlier else ""),
         str(rank.pid),
         f"{rank.steps:,}",
-        format_bytes(rank.ram.peak_bytes),
-        "—" if rank.heap is None else format_bytes(rank.heap.peak_bytes),
-        "—" if rank.vram is None else format_bytes(rank.vram.allocated_peak_bytes),
+        *(_peak_cell(resource_summary(rank, r.summary)) for r in columns),
         growth,
         verdict,
         "" if holder is None else holder.name,
     ]
+
+
+def _peak_cell(summary: Any) -> str:
+    return "—" if summary is None else format_bytes(summary.peak_bytes)
 
 
 def ranks_text(ranks: tuple[RankSummary, ...] | None) -> list[str]:
@@ -213,11 +186,14 @@ def ranks_text(ranks: tuple[RankSummary, ...] | None) -> list[str]:
     if not ranks:
         return []
     earlier = earlier_processes(ranks)  # a restarted rank's processes before its last, labelled
-    rows = [RANK_HEADER, *(_rank_cells(r, id(r) in earlier) for r in ranks)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(RANK_HEADER))]
+    columns = _peak_columns(ranks)
+    header = _rank_header(columns)
+    rows = [header, *(_rank_cells(r, columns, id(r) in earlier) for r in ranks)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    numbers = 4 + len(columns)  # pid, steps, the peaks and the growth stand right-aligned
     lines = ["  ranks:"]
     for row in rows:
-        cells = [c.rjust(w) if 0 < i < 7 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [c.rjust(w) if 0 < i < numbers else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
         lines.append(("    " + "  ".join(cells)).rstrip())
     return lines
 
@@ -226,8 +202,9 @@ def ranks_html(ranks: tuple[RankSummary, ...] | None) -> str:
     if not ranks:
         return ""
     earlier = earlier_processes(ranks)
-    rows = [[html.escape(c) for c in _rank_cells(r, id(r) in earlier)] for r in ranks]
-    return "<div class='torchmem-ranks'><b>Ranks</b>" + _table(RANK_HEADER, rows) + "</div>"
+    columns = _peak_columns(ranks)
+    rows = [[html.escape(c) for c in _rank_cells(r, columns, id(r) in earlier)] for r in ranks]
+    return "<div class='torchmem-ranks'><b>Ranks</b>" + _table(_rank_header(columns), rows) + "</div>"
 
 
 # ----------------------------------------------------------------------------- suspects
@@ -410,19 +387,9 @@ def sparkline(values: tuple[float, ...] | list[float], min_span: float = 0.0) ->
     )
 
 
-def _summary_of(report: ReportData, key: str | None) -> RamSummary | HeapSummary | VramSummary | ShmSummary | None:
-    """The report's summary of the resource named `key` (None: not measured, or not one that leaks)."""
-    try:
-        resource = by_key(key or "")
-    except KeyError:
-        return None
-    summary = getattr(report, resource.summary or "", None) if resource.leak_rank is not None else None
-    return summary if isinstance(summary, (RamSummary, HeapSummary, VramSummary, ShmSummary)) else None
-
-
 def verdict_rate(report: ReportData) -> str | None:
     """'heap +1.0 MiB/step': the growth the verdict is about."""
-    summary = _summary_of(report, report.resource)
+    summary = leak_summary(report, report.resource)
     if summary is None or summary.per_step_bytes is None:
         return None
     return f"{report.resource} {format_per_step(summary.per_step_bytes, report.clock)}"

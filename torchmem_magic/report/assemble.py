@@ -10,35 +10,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from dataclasses import fields, replace
+from typing import Any
 
-from ..analysis.forensics import WorkerExit, death_from_exits, explain_worker_death, parse_worker_death, shm_warning
-from ..analysis.holders import HolderSearch, fuse, without_ruled_out
+from ..analysis.forensics import death_from_exits, explain_worker_death, parse_worker_death, shm_warning
+from ..analysis.holders import fuse, without_ruled_out
 from ..analysis.holder_trends import with_trends, without_flat
 from ..core.model import (
     Clock,
-    RankSummary,
-    DeviceMemory,
-    HeapSummary,
     RamSummary,
     ShmSummary,
     SourceErrors,
     Status,
-    Suspect,
     VramSummary,
-    WorkerSummary,
 )
 from ..core import resources
 from ..core.options import DEFAULT_SHM_PATH
 from .merge import with_ranks
-from ..core.resources import HEAP, RAM, SHM, VRAM, VRAM_RESERVED, WORKERS
+from ..core.resources import HEAP, RAM, SHM
 from ..render.results import Report
 from ..core.slopes import new_readings
-from ..core.timeline import NAN, Timeline
+from ..core.timeline import Timeline
 from ..analysis.findings import Diagnosis, Series
 from ..analysis.verdict import decide
-from .rates import per_step, rates_of
+from .evidence import RunEvidence
+from .rates import RATE_COLUMNS, per_step, rates_of
+from .summaries import summaries, vram_headroom_bytes
 
 #: rows of each series, and Theil–Sen points, that a rank's verdict in a report of many ranks judges at
 #: most: the watcher judges every rank at the block's end on one thread, and a full timeline (~1,800
@@ -49,56 +46,6 @@ RANK_VERDICT_ROWS = 400
 RANK_VERDICT_POINTS = 100
 #: the Theil–Sen points of a run's own final verdict (its pairwise slopes: ~points²/2)
 FINAL_VERDICT_POINTS = 200
-
-
-@dataclass(frozen=True)
-class ShmEvidence:
-    """The shared-memory filesystem at the end of the run."""
-
-    path: str
-    total_bytes: int
-    strategy: str | None  # torch.multiprocessing's sharing strategy
-    torch_segments: int
-
-
-@dataclass(frozen=True)
-class WorkerEvidence:
-    """DataLoader workers seen during the run."""
-
-    max_count: int
-    pids_seen: int
-    peaks: tuple[tuple[int, int, int], ...]  # (pid, PSS peak, USS peak)
-
-
-@dataclass(frozen=True)
-class RunEvidence:
-    """Everything a run gathered, as plain data: the input of `assemble_report`."""
-
-    timeline: Timeline
-    steps: int  # steps of `clock`
-    wall_s: float
-    interval_s: float
-    ram_limit_bytes: int  # what the OOM killer enforces
-    ram_limit_source: str  # "cgroup v2", "cgroup v1" or "system"
-    heap_available: bool
-    shm: ShmEvidence | None = None
-    workers: WorkerEvidence | None = None
-    worker_exits: tuple[WorkerExit, ...] = ()
-    devices_start: tuple[DeviceMemory, ...] = ()
-    devices_end: tuple[DeviceMemory, ...] = ()
-    first_pass_batches: int | None = None  # batches in a multi-worker DataLoader's first pass
-    suspects: tuple[Suspect, ...] = ()
-    exception: BaseException | None = None  # what ended the block, if anything
-    source_errors: tuple[SourceErrors, ...] = ()
-    clock: Clock = "optimizer"  # what a step is
-    optimizer_steps: int | None = None  # None: the same as `steps` (the clock is the optimizer)
-    training_loader: int | None = None  # the loader whose passes are the epochs (None: every pass)
-    holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> (step, bytes) at scans
-    live_suspects_at_step: int | None = None
-    holders_on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
-    ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
-    guard_advice: tuple[str, ...] = ()  # what the memory guard did, first in the advice
-    holder_search: HolderSearch | None = None  # where the memory was looked for when no holder grew
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -194,60 +141,10 @@ def diagnose(
 # ----------------------------------------------------------------------------- the report
 
 
-def _int_or(value: float, default: int = 0) -> int:
-    return default if math.isnan(value) else int(value)
-
-
-def _peak(timeline: Timeline, column: str) -> float:
-    values = [timeline.by_time.max(column), timeline.by_step.max(column)]
-    finite = [v for v in values if not math.isnan(v)]
-    return max(finite) if finite else NAN
-
-
 def status_of(exc: BaseException | None) -> Status:
     if exc is None:
         return "ok"
     return "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
-
-
-def vram_summary(
-    timeline: Timeline, devices_start: Sequence[DeviceMemory], devices_end: Sequence[DeviceMemory]
-) -> VramSummary | None:
-    """Accelerator memory over the run; None when no device was in use."""
-    by_time = timeline.by_time
-    allocated_peak = _peak(timeline, VRAM.column)
-    if math.isnan(allocated_peak) and not devices_end:
-        return None
-    start = {d.name: d for d in devices_start}
-    # the allocator's own peak counters catch peaks between samples, when they rose in this run
-    peak_from_counters = sum(
-        d.allocated_peak_bytes
-        for d in devices_end
-        if d.name not in start or d.allocated_peak_bytes > start[d.name].allocated_peak_bytes
-    )
-    retries_start = sum(d.num_alloc_retries or 0 for d in devices_start)
-    totals = [d.total_bytes for d in devices_end]
-    known_totals = [t for t in totals if t]
-    return VramSummary(
-        allocated_start_bytes=_int_or(by_time.first_value(VRAM.column)),
-        allocated_end_bytes=_int_or(by_time.last_value(VRAM.column)),
-        allocated_peak_bytes=max(_int_or(allocated_peak), peak_from_counters),
-        reserved_end_bytes=_int_or(by_time.last_value(VRAM_RESERVED.column)),
-        reserved_peak_bytes=_int_or(_peak(timeline, VRAM_RESERVED.column)),
-        per_step_bytes=None,
-        limit_bytes=sum(known_totals) if totals and len(known_totals) == len(totals) else None,
-        devices=tuple(d.name for d in devices_end),
-        num_alloc_retries=sum(d.num_alloc_retries or 0 for d in devices_end) - retries_start if devices_end else None,
-        per_device=tuple(devices_end),
-    )
-
-
-def vram_headroom_bytes(vram: VramSummary) -> int | None:
-    """What CUDA can still hand out: the driver's free memory plus what the cache holds unused."""
-    free = [d.free_bytes for d in vram.per_device]
-    if free and all(f is not None for f in free):
-        return vram.reserved_end_bytes + sum(f for f in free if f is not None)
-    return vram.limit_bytes
 
 
 def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary | None) -> list[str]:
@@ -283,52 +180,17 @@ def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
     ]
 
 
-_Summary = TypeVar("_Summary", RamSummary, HeapSummary, VramSummary, ShmSummary)
-
-
-def _summaries(
-    evidence: RunEvidence,
-) -> tuple[RamSummary, HeapSummary | None, ShmSummary | None, WorkerSummary | None]:
-    """The host resources' summaries (RAM, heap, /dev/shm, workers), their rates left to the verdict."""
-    timeline = evidence.timeline
-    by_time = timeline.by_time
-    ram = RamSummary(
-        start_bytes=_int_or(by_time.first_value(RAM.column)),
-        end_bytes=_int_or(by_time.last_value(RAM.column)),
-        peak_bytes=_int_or(_peak(timeline, RAM.column)),
-        per_step_bytes=None,
-        limit_bytes=evidence.ram_limit_bytes,
-        limit_source=evidence.ram_limit_source,
-    )
-    heap = None
-    if evidence.heap_available:
-        heap = HeapSummary(
-            start_bytes=_int_or(by_time.first_value(HEAP.column)),
-            end_bytes=_int_or(by_time.last_value(HEAP.column)),
-            peak_bytes=_int_or(_peak(timeline, HEAP.column)),
-            per_step_bytes=None,
-        )
-    shm = None
-    if evidence.shm is not None:
-        shm = ShmSummary(
-            start_bytes=_int_or(by_time.first_value(SHM.column)),
-            end_bytes=_int_or(by_time.last_value(SHM.column)),
-            peak_bytes=_int_or(_peak(timeline, SHM.column)),
-            limit_bytes=evidence.shm.total_bytes,
-            strategy=evidence.shm.strategy,
-            per_step_bytes=None,
-            path=evidence.shm.path,
-            torch_segments=evidence.shm.torch_segments,
-        )
-    workers = None
-    if evidence.workers is not None:
-        workers = WorkerSummary(
-            max_count=evidence.workers.max_count,
-            peak_bytes=_int_or(by_time.max(WORKERS.column)),
-            pids_seen=evidence.workers.pids_seen,
-            per_worker=tuple({"pid": pid, "pss_peak": pss, "uss_peak": uss} for pid, pss, uss in evidence.workers.peaks),
-        )
-    return ram, heap, shm, workers
+def _with_rates(summarised: dict[str, Any], diagnosis: Diagnosis, timeline: Timeline, clock: Clock) -> dict[str, Any]:
+    """The summaries with their growth per step, for each resource that can leak: the verdict's own
+    rate for the resource it names, so the table quotes the verdict's figure."""
+    rates = rates_of(diagnosis)
+    if diagnosis.resource is not None and diagnosis.per_step_bytes is not None:
+        rates[diagnosis.resource] = diagnosis.per_step_bytes
+    return {
+        name: replace(summary, per_step_bytes=per_step(rates, timeline, name, clock))
+        if summary is not None and name in RATE_COLUMNS else summary
+        for name, summary in summarised.items()
+    }
 
 
 def _curves(
@@ -368,8 +230,8 @@ def assemble_report(
     run's own report does. A report of many ranks bounds them (RANK_VERDICT_ROWS)."""
     timeline, exc = evidence.timeline, evidence.exception
     by_time = timeline.by_time
-    ram, heap, shm, workers = _summaries(evidence)
-    vram = vram_summary(timeline, evidence.devices_start, evidence.devices_end)
+    summarised = summaries(evidence)
+    ram, vram, shm = summarised["ram"], summarised["vram"], summarised["shm"]
     found = () if evidence.holder_search is None else evidence.holder_search.found
     suspects = with_trends((*evidence.suspects, *found), evidence.holder_series)
     curves = _curves(evidence, vram, shm, max_rows, max_points)
@@ -380,13 +242,8 @@ def assemble_report(
         device_headroom_bytes=None if vram is None else vram_headroom_bytes(vram), searched=evidence.holder_search,
     )
     death_advice = worker_death_advice(evidence, ram, shm) or _shm_warning(shm)
-    rates, clock = rates_of(diagnosis), evidence.clock
-    if diagnosis.resource is not None and diagnosis.per_step_bytes is not None:
-        rates[diagnosis.resource] = diagnosis.per_step_bytes  # the table quotes the verdict's own rate
-
-    def with_rate(summary: _Summary | None, resource: str) -> _Summary | None:
-        return None if summary is None else replace(summary, per_step_bytes=per_step(rates, timeline, resource, clock))
-
+    summarised = _with_rates(summarised, diagnosis, timeline, evidence.clock)
+    own = {f.name for f in fields(Report)}
     report = Report(
         status=status_of(exc),
         wall_s=evidence.wall_s,
@@ -394,11 +251,8 @@ def assemble_report(
         interval_s=evidence.interval_s,
         steps=evidence.steps,
         epochs=timeline.epoch_count(evidence.training_loader),
-        ram=replace(ram, per_step_bytes=per_step(rates, timeline, "ram", clock)),
-        heap=with_rate(heap, "heap"),
-        vram=with_rate(vram, "vram"),
-        shm=with_rate(shm, "shm"),
-        workers=workers,
+        **{name: summary for name, summary in summarised.items() if name in own},
+        extra=tuple(summary for name, summary in summarised.items() if name not in own and summary is not None),
         verdict=diagnosis.verdict,
         leak_kind=diagnosis.leak_kind,
         resource=diagnosis.resource,
@@ -410,7 +264,7 @@ def assemble_report(
         sporadic_steps=diagnosis.sporadic_steps,
         error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
         source_errors=evidence.source_errors,
-        clock=clock,
+        clock=evidence.clock,
         optimizer_steps=evidence.steps if evidence.optimizer_steps is None else evidence.optimizer_steps,
         per_epoch_bytes=diagnosis.per_epoch_bytes,
         live_suspects_at_step=evidence.live_suspects_at_step,

@@ -4,7 +4,8 @@ whether memory growth regressed, so that CI can fail on it.
 
 Growth regressed when a run that was clean (or not yet judged) now leaks or is suspect, or when a
 leak's rate grew by more than the tolerance (and by more than MIN_RATE_CHANGE_BYTES a step, below
-which a rate is noise). A peak that grew is said, and fails only when a peak tolerance is given.
+which a rate is noise). A peak that grew is said, and fails only when a peak tolerance is given; then
+the peak of every resource that can leak (RAM, heap, VRAM, /dev/shm, ...) is held to it.
 Rates of different step clocks (per optimizer step against per batch) are not compared.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..core.model import RankSummary, ReportData, Suspect
+from ..core.model import RankSummary, ReportData, Suspect, headline_peak, resource_summary
+from ..core.resources import Resource, report_rows
 from ..core.units import format_bytes, rate_unit
 from .rates import leak_rate
 
@@ -29,11 +31,12 @@ class RunFigures:
 
     label: str  # "rank 1", or "run" for a single process
     peak_bytes: float
-    peak_of: str  # "VRAM" where the run used a device, else "RAM"
+    peak_of: str  # the short name of the peak shown: a device's ("VRAM") where the run used one, else "RAM"
     rate_bytes: float | None  # the verdict's growth per step, where it leaks or is suspect
     clock: str
     verdict: str
     holders: tuple[str, ...]  # the largest holders' names
+    peaks: tuple[tuple[str, float], ...] = ()  # (short name, peak) of each resource that can leak, where measured
 
 
 @dataclass(frozen=True)
@@ -60,18 +63,25 @@ def _holders(suspects: Sequence[Suspect]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s.name for s in suspects))[:HOLDERS_SHOWN]
 
 
+def _peaks(part: ReportData | RankSummary) -> tuple[tuple[Resource, float], ...]:
+    """Each resource that can leak, with its peak, in the report table's order (where measured)."""
+    out = []
+    for row in report_rows():
+        summary = resource_summary(part, row.summary) if row.leak_rank is not None else None
+        if summary is not None and summary.peak_bytes:
+            out.append((row, float(summary.peak_bytes)))
+    return tuple(out)
+
+
 def _figures(label: str, part: ReportData | RankSummary) -> RunFigures:
-    vram = part.vram.allocated_peak_bytes if part.vram is not None and part.vram.allocated_peak_bytes else None
+    peaks = _peaks(part)
+    main = headline_peak(part)
     rate = None
     if part.verdict in BAD_VERDICTS:
-        if isinstance(part, RankSummary):
-            rate = part.per_step_bytes
-        else:
-            rate = leak_rate(part, part.resource)
+        rate = part.per_step_bytes if isinstance(part, RankSummary) else leak_rate(part, part.resource)
     return RunFigures(
-        label=label, peak_bytes=float(vram if vram is not None else part.ram.peak_bytes),
-        peak_of="VRAM" if vram is not None else "RAM", rate_bytes=rate, clock=part.clock, verdict=part.verdict,
-        holders=_holders(part.suspects),
+        label=label, peak_bytes=main[1], peak_of=main[0].short, rate_bytes=rate, clock=part.clock,
+        verdict=part.verdict, holders=_holders(part.suspects), peaks=tuple((row.short, peak) for row, peak in peaks),
     )
 
 
@@ -106,9 +116,12 @@ def _regressions(base: RunFigures, new: RunFigures, tolerance: float, peak_toler
             f"{new.label}'s growth {format_bytes(base.rate_bytes, signed=True)} → "
             f"{format_bytes(new.rate_bytes, signed=True)}/{unit} (tolerance {tolerance:.0%})"
         )
-    if peak_tolerance is not None and new.peak_bytes > base.peak_bytes * (1 + peak_tolerance):
-        found.append(f"{new.label}'s {new.peak_of} peak {format_bytes(base.peak_bytes)} → "
-                     f"{format_bytes(new.peak_bytes)} (tolerance {peak_tolerance:.0%})")
+    if peak_tolerance is not None:
+        before = dict(base.peaks)
+        for what, peak in new.peaks:
+            if what in before and peak > before[what] * (1 + peak_tolerance):
+                found.append(f"{new.label}'s {what} peak {format_bytes(before[what])} → "
+                             f"{format_bytes(peak)} (tolerance {peak_tolerance:.0%})")
     return found
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from ..analysis.holder_trends import grows, top_holder
-from ..core.model import RamSummary, RankSummary, ReportData, Suspect, VerdictName, last_of_each_rank
+from ..core.model import RamSummary, RankSummary, ReportData, Suspect, VerdictName, headline_peak, last_of_each_rank
 from ..core.timeline import Timeline
 from ..core.units import format_bytes, format_duration, rate_unit
 from .rates import leak_rate
@@ -53,7 +53,7 @@ def summary_of(
         wall_s=report.wall_s, last_seen_s=last_seen_s, stalled_s=stalled_s,
         exited_s=exited_s,
         local_rank=local_rank, advice=report.advice, dropped_messages=dropped, timeline=report.timeline,
-        cuda_contexts=cuda_contexts, node=node, attempt=attempt,
+        cuda_contexts=cuda_contexts, node=node, attempt=attempt, extra=report.extra,
     )
 
 
@@ -62,10 +62,8 @@ def _first_line(error: str | None) -> str | None:
     return None if not error else error.splitlines()[0]
 
 
-def _peak_bytes(rank: RankSummary) -> int:
-    if rank.vram is not None and rank.vram.allocated_peak_bytes:
-        return rank.vram.allocated_peak_bytes
-    return rank.ram.peak_bytes
+def _peak_bytes(rank: RankSummary) -> float:
+    return headline_peak(rank)[1]
 
 
 #: how launchers stop the other ranks once one died
@@ -219,11 +217,10 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
     clean = sorted(r.rank for r in current if r.verdict == "clean")
     if clean:
         lines.append(f"{_ranks_word(clean)}: clean")
-    top = above_median([(rank, float(_peak_bytes(rank))) for rank in current])
+    top = above_median([(rank, _peak_bytes(rank)) for rank in current])
     if top is not None:
         rank, peak, median = top
-        what = "VRAM" if rank.vram is not None and rank.vram.allocated_peak_bytes else "RAM"
-        lines.append(imbalance_line(what, peak, f"rank {rank.rank}", median))
+        lines.append(imbalance_line(headline_peak(rank)[0].short, peak, f"rank {rank.rank}", median))
     return lines
 
 
@@ -315,5 +312,6 @@ def with_ranks(report: R, ranks: tuple[RankSummary, ...] | None) -> R:
             heap=None,  # the watcher's own heap: the ranks' are in their entries
             shm=None if report.shm is None else replace(report.shm, per_step_bytes=None),
             vram=None if report.vram is None else replace(report.vram, per_step_bytes=None),
+            extra=tuple(replace(summary, per_step_bytes=None) for summary in report.extra),
         )
     return replace(report, **changes)  # type: ignore[arg-type]  # (typed keys would repeat the dataclass)

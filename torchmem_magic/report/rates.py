@@ -7,7 +7,7 @@ from typing import Any
 
 from ..analysis.findings import Diagnosis
 from ..core import resources
-from ..core.model import Clock
+from ..core.model import Clock, leak_summary
 from ..core.slopes import robust_slope
 from ..core.timeline import DecimatingSeries, Timeline
 
@@ -41,8 +41,6 @@ def per_step(
 
 def leak_rate(report: Any, resource: str | None) -> float | None:
     """Growth per step of the resource a verdict named, as that resource's own summary on `report` (a
-    Report, or a rank's summary) says: the summary is found through the resources table."""
-    row = next((r for r in resources.RESOURCES if r.key == resource), None)
-    summary = getattr(report, row.summary, None) if row is not None and row.summary else None
-    rate = getattr(summary, "per_step_bytes", None)
+    Report, or a rank's summary) says."""
+    rate = getattr(leak_summary(report, resource), "per_step_bytes", None)
     return None if rate is None else float(rate)

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, Literal, Union
 
-from ..core.model import RankSummary
+from ..core import resources
+from ..core.model import RankSummary, ResourceSummary
 from .merge import summary_of, with_ranks
 from ..render.static import report_document as report_document  # re-exported: saved pages live here too
 from ..render.results import Report
@@ -78,6 +79,9 @@ def from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
     kinds = _type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
+        if f.metadata.get("spread"):
+            kwargs[f.name] = _spread(cls, data)
+            continue
         key = _schema_key(f)
         if key is None or not f.init:
             continue
@@ -86,6 +90,14 @@ def from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ValueError(f"{cls.__name__}: the saved data has no {key!r}")
     return cls(**kwargs)
+
+
+def _spread(cls: type[Any], data: dict[str, Any]) -> tuple[ResourceSummary, ...]:
+    """The summaries saved under keys of their own: those of the resources table's rows that `cls` has
+    no field for (keys of rows unknown here are left: a newer writer's)."""
+    own = {_schema_key(f) for f in fields(cls)}
+    names = dict.fromkeys(r.summary for r in resources.RESOURCES if r.summary and r.summary not in own)
+    return tuple(replace(from_dict(ResourceSummary, data[name]), name=name) for name in names if name in data)
 
 
 def report_from_dict(data: dict[str, Any]) -> Report:

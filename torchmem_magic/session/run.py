@@ -35,7 +35,8 @@ from ..probes.base import merged_errors
 from ..probes.bundle import ProbeBundle
 from ..stream.relay import RelayTimeline
 from ..ranks.settings import ForkedProcessHandler, RankSettings
-from ..report.assemble import RunEvidence, assemble_report
+from ..report.assemble import assemble_report
+from ..report.evidence import RunEvidence
 from ..render.results import Report
 from ..tracing.sampler import Sampler
 from ..core.step_requests import StepRequests

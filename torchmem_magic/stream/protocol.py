@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.model import Clock, DeviceMemory, SourceErrors, Suspect, from_schema_dict
-from ..report.assemble import RunEvidence, WorkerEvidence
+from ..report.evidence import RunEvidence, WorkerEvidence
 from ..core.timeline import COLUMNS, NAN, Row, Timeline
 
 #: the sink's address, set for a watched command's processes (with the bootstrap on PYTHONPATH)
