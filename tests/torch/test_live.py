@@ -13,6 +13,8 @@ from torchmem_magic.widgets.live import MAX_POINTS, LiveFigure
 from torchmem_magic.core.timeline import COLUMNS, Timeline
 from torchmem_magic.core.options import SessionOptions
 from torchmem_magic.finder.leak_finder import LeakSearch
+from torchmem_magic.core.model import LiveStatus
+from torchmem_magic.session.live_view import LiveSnapshot
 
 from idle_views import idle_view
 
@@ -72,7 +74,7 @@ def test_a_strip_makes_its_epoch_lines_at_the_first_epoch_and_a_new_strip_comes_
     """What a cell without epochs never needs is never made; the first epoch makes it, on the figure."""
     figure = LiveFigure()
     timeline = _leaking_heap(2)
-    figure._draw(idle_view(timeline), final=False)
+    figure.draw(idle_view(timeline).snapshot())
     ram, heap = figure.shown
     for strip in (ram, heap):
         assert strip.epoch_lines is None and strip.guard_lines is None and strip.figure.marks == [strip.lines]
@@ -80,7 +82,7 @@ def test_a_strip_makes_its_epoch_lines_at_the_first_epoch_and_a_new_strip_comes_
     assert (ram.x_axis.label, heap.x_axis.label) == ("", "time (s)")  # the new bottom strip came with the label
     assert heap.figure.fig_margin["bottom"] > ram.figure.fig_margin["bottom"]
     timeline.add_pass(1.0, 7, (0, 0, 0, 0))
-    figure._draw(idle_view(timeline), final=False)
+    figure.draw(idle_view(timeline).snapshot())
     for strip in (ram, heap):
         assert strip.epoch_lines is not None and strip.epoch_lines.visible
         assert strip.figure.marks == [strip.lines, strip.epoch_lines]  # under nothing but the curves' own
@@ -107,7 +109,7 @@ def test_payload_stays_bounded_for_a_long_run() -> None:
         row["t_s"] = i * 0.1
         timeline.by_time.append(row)
     figure.x_toggle.value = "time"
-    figure._draw(idle_view(timeline), final=False)
+    figure.draw(idle_view(timeline).snapshot())
     for strip in figure.shown:
         assert len(strip.lines.x) <= MAX_POINTS and np.atleast_2d(strip.lines.y).shape[1] == len(strip.lines.x)
 
@@ -118,10 +120,10 @@ def test_a_run_cut_short_after_its_first_reading_draws_no_curve_and_does_not_fai
     figure = LiveFigure()
     timeline = Timeline()
     timeline.by_time.append({**dict.fromkeys(COLUMNS, 1e9), "t_s": 0.0})
-    figure._draw(idle_view(timeline), final=True)
+    figure.draw(idle_view(timeline).snapshot())
     assert all(len(strip.lines.x) == 0 for strip in figure.shown)
     timeline.by_time.append({**dict.fromkeys(COLUMNS, 1.1e9), "t_s": 0.1})
-    figure._draw(idle_view(timeline), final=True)
+    figure.draw(idle_view(timeline).snapshot())
     assert figure.shown and all(len(strip.lines.x) == 2 for strip in figure.shown)
 
 
@@ -143,7 +145,7 @@ def _fill(strip: Any) -> float:
 
 def test_each_strip_is_scaled_to_its_own_curve_so_a_leak_is_a_slope_and_flat_stays_flat() -> None:
     figure = LiveFigure()
-    figure._draw(idle_view(_leaking_heap(4)), final=False)  # heap 150 -> 190 MiB, RAM flat
+    figure.draw(idle_view(_leaking_heap(4)).snapshot())  # heap 150 -> 190 MiB, RAM flat
     ram, heap = figure.strips["ram_bytes"], figure.strips["heap_bytes"]
     assert figure.shown == [ram, heap] and figure.labels == ["RAM (process tree)", "heap in use"]
     assert _fill(heap) > 0.6 and heap.y_scale.min > 100  # not from zero
@@ -151,11 +153,29 @@ def test_each_strip_is_scaled_to_its_own_curve_so_a_leak_is_a_slope_and_flat_sta
     assert ram.figure.title == "RAM (process tree)" and heap.figure.title == "heap in use"
 
 
+def test_the_figure_draws_the_snapshot_it_is_given_and_judges_nothing() -> None:
+    """A flat run drawn with a status that says it leaks: the figure shows what it was given (the
+    verdict, the guard's line, the epochs), computed nowhere but in the snapshot."""
+    timeline = Timeline()
+    for i in range(30):
+        timeline.by_time.append({**dict.fromkeys(COLUMNS, math.nan), "t_s": i * 0.1, "ram_bytes": 400 * MIB})
+    nan = math.nan
+    status = LiveStatus(3.0, 30, 2, 400 * MIB, nan, nan, nan, nan, 0, 0.0, None, None, verdict="leak: given, not judged")
+    snapshot = LiveSnapshot(status=status, timeline=timeline, clock="optimizer", epoch_markers=((0.0, 0.0), (1.5, 15.0)),
+                            guard_thresholds=(("ram_bytes", 420 * MIB, "guard 90%"),))
+    figure = LiveFigure()
+    figure.draw(snapshot)
+    assert "leak:&nbsp;given,&nbsp;not&nbsp;judged" in figure.status.value
+    ram = figure.shown[0]
+    assert list(ram.epoch_lines.x[:, 0]) == [0.0, 1.5]
+    assert ram.guard_lines is not None and 420.0 in np.asarray(ram.guard_lines.y).ravel()
+
+
 def test_a_growing_curve_rescales_its_axis_in_steps_not_at_every_redraw() -> None:
     figure = LiveFigure()
     ranges = []
     for seconds in range(2, 42):  # one redraw a second while the heap climbs 10 MiB/s
-        figure._draw(idle_view(_leaking_heap(seconds)), final=False)
+        figure.draw(idle_view(_leaking_heap(seconds)).snapshot())
         heap = figure.strips["heap_bytes"]
         ranges.append((heap.y_scale.min, heap.y_scale.max))
         assert _fill(heap) > 0.6, (seconds, ranges[-1])

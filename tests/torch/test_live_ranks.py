@@ -209,7 +209,7 @@ def _draw(feeds: list[RankFeed] | None, remote: object = None) -> LiveFigure:
         row["t_s"] = i * 0.1
         timeline.by_time.append(row)
     figure = LiveFigure()
-    figure._draw(idle_view(timeline, None if feeds is None else _Feeds(feeds, remote)), final=False)
+    figure.draw(idle_view(timeline, None if feeds is None else _Feeds(feeds, remote)).snapshot())
     return figure
 
 

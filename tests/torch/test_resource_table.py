@@ -52,7 +52,7 @@ CODE = """
     watcher = replace(clean, steps=0, clock="time", verdict="unknown", resource=None)
     merged = with_ranks(watcher, (rank,))
     figure = LiveFigure()
-    figure._draw(idle_view(leaking.timeline), final=False)
+    figure.draw(idle_view(leaking.timeline).snapshot())
     comparison = compare(clean, leaking, peak_tolerance=0.5)
     print(json.dumps({
         "verdict": [leaking.verdict, leaking.resource], "dict": leaking.to_dict(),

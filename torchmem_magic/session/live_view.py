@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
@@ -74,6 +75,28 @@ class FanOut:
     def on_finish(self, view: LiveView, report: Report) -> None:
         for listener in self._listeners:
             listener.on_finish(view, report)
+
+
+@dataclass(frozen=True)
+class LiveSnapshot:
+    """What the live figure draws at one moment, judged already: the figure draws it and decides
+    nothing (the status line's verdict, the worst rank and the guard's thresholds are worked out here).
+
+    The timeline is the run's own, read as it is when drawn: its series are bounded and append-only."""
+
+    status: LiveStatus
+    timeline: Timeline
+    clock: Clock
+    epoch_markers: tuple[tuple[float, float], ...]  # (seconds, step) at which each epoch began
+    guard_thresholds: tuple[tuple[str, float, str], ...] = ()  # (column, bytes, label) the guard acts at
+    rank_feeds: tuple[RankFeed, ...] = ()  # this node's ranks, each as it streamed so far
+    worst_rank: RankLive | None = None
+    remote: tuple[RankHistory, ...] = ()  # the other nodes' ranks' points, from the job's store
+    report: Report | None = None  # the run's report, once it ended
+
+    @property
+    def running(self) -> bool:
+        return self.report is None
 
 
 class LiveView:
@@ -267,6 +290,24 @@ class LiveView:
         if live is None or started_s is None:
             return None
         return live[0] - started_s, short_verdict(live[1])
+
+    def snapshot(self, report: Report | None = None) -> LiveSnapshot:
+        """What the live figure draws now (`report`: the run's, once it ended)."""
+        ranks = self.live_ranks()
+        feeds = tuple(self.rank_feeds())
+        remote: tuple[RankHistory, ...] = ()
+        worst = None
+        if feeds:
+            from ..ranks.feed import rank_numbers
+            from ..ranks.live import worst_live
+
+            worst = worst_live(ranks)
+            remote = self.remote_histories(skip=set(rank_numbers(feeds).values()))
+        return LiveSnapshot(
+            status=self.live_status(ranks), timeline=self.timeline, clock=self.clock,
+            epoch_markers=tuple(self.epoch_markers()), guard_thresholds=tuple(self.guard_thresholds()),
+            rank_feeds=feeds, worst_rank=worst, remote=remote, report=report if report is not None else self.report,
+        )
 
     def live_status(self, ranks: tuple[RankLive, ...] | None = None) -> LiveStatus:
         """A snapshot for the live status line (`ranks`: `live_ranks()`, where the caller has it already)."""

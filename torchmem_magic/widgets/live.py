@@ -1,5 +1,8 @@
 """The live figure: one strip per resource under the cell, mutated in place while the cell runs.
 
+It draws a `LiveSnapshot` it is given (the status line's verdict, the worst rank and the guard's
+thresholds judged already, by the session's view) and decides nothing itself.
+
 Each strip (`curve_strip.CurveStrip`) has a y axis fitted to its own curves, all on one x scale:
 RAM in hundreds of MiB would flatten a heap leak of a few MiB drawn on the same axis (the static
 figure's strips avoid it the same way). Created and displayed once on the main thread; afterwards
@@ -23,7 +26,6 @@ import numpy as np
 
 from ..core import resources
 from ..ranks.feed import rank_numbers
-from ..ranks.live import worst_live
 from ..render.text import status_line
 from ..render.axis_range import AxisRange, steady_range, with_headroom
 from ..core.resources import RAM, RSS, VRAM, VRAM_RESERVED
@@ -35,7 +37,7 @@ from .shared import layout, shared
 
 if TYPE_CHECKING:
     from ..render.results import Report
-    from ..session.live_view import LiveView
+    from ..session.live_view import LiveSnapshot, LiveView
     from ..core.step_requests import StepRequests
 
 STEP_AXIS_LABELS = {"optimizer": "optimizer step", "backward": "backward pass", "batch": "batch", "forward": "forward call"}
@@ -77,6 +79,22 @@ def _visible_curves(data: dict[str, np.ndarray], launcher: bool = False) -> list
     if launcher:
         curves = [c for c in curves if c[0] not in LAUNCHER_ONLY]
     return curves
+
+
+def _curve_columns(series: DecimatingSeries, x_name: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The x values and every curve's column of `series`, as arrays."""
+    data = series.columns(x_name, *(c for c, _, _ in CURVES))
+    return np.frombuffer(data[x_name], dtype=np.float64), {
+        c: np.frombuffer(data[c], dtype=np.float64) for c, _, _ in CURVES
+    }
+
+
+def _x_label(clock: str, by_steps: bool, worst_feed: Any) -> str:
+    if not by_steps:
+        return "time (s)"
+    if worst_feed is not None:
+        return f"{STEP_AXIS_LABELS.get(worst_feed.clock, 'step')} (worst rank)"
+    return STEP_AXIS_LABELS.get(clock, "step")
 
 
 def _strip_height_px(strips: int) -> int:
@@ -161,7 +179,7 @@ class LiveFigure:
 
     def __init__(self, requests: StepRequests | None = None) -> None:
         """`requests`: where the buttons' clicks go during the run (as `attach`, from the start)."""
-        self._view: LiveView | None = None  # the last run drawn (the x-axis toggle redraws it)
+        self._snapshot: LiveSnapshot | None = None  # the last drawn (the x-axis toggle redraws a finished run)
         self._lock = threading.Lock()  # the final draw and a late tick never interleave
         self.updates = 0
         self.x_scale = bqplot.LinearScale()
@@ -266,12 +284,10 @@ class LiveFigure:
 
     # ---------------------------------------------------------------- Listener
     def on_tick(self, view: LiveView) -> None:
-        self._view = view
-        self._draw(view, final=False)
+        self.draw(view.snapshot())
 
     def on_finish(self, view: LiveView, report: Report) -> None:
-        self._view = view
-        self._draw(view, final=True, report=report)
+        self.draw(view.snapshot(report))
         self.controls.finish(report)
 
     def resend(self) -> None:
@@ -282,38 +298,38 @@ class LiveFigure:
                 model.send_state()
 
     def _on_toggle(self, change: Any) -> None:
-        view = self._view
-        if view is not None and not view.running:  # while running, the next tick redraws
-            self._draw(view, final=True, report=view.report)
+        snapshot = self._snapshot
+        if snapshot is not None and not snapshot.running:  # while running, the next tick redraws
+            self.draw(snapshot)
 
     # ---------------------------------------------------------------- drawing
-    def _rank_curves(self, view: LiveView, by_steps: bool) -> tuple[RankCurves | None, Any]:
+    def _rank_curves(self, snapshot: LiveSnapshot, by_steps: bool) -> tuple[RankCurves | None, Any]:
         """The ranks' curves and the worst rank's feed (None, None without ranks)."""
-        feeds = view.rank_feeds()
+        feeds = list(snapshot.rank_feeds)
         if not feeds:
             return None, None
-        numbers = rank_numbers(feeds)
-        worst = worst_live(view.live_ranks())
-        remote = view.remote_histories(skip=set(numbers.values()))  # the other nodes' ranks, from the job's store
+        worst = snapshot.worst_rank
         worst_pid = worst.pid if worst is not None and worst.via == "stream" else None  # a pid is only a node's
         worst_rank = worst.rank if worst is not None else None
-        curves = rank_curves(feeds, numbers, worst_pid, by_steps, remote=remote, worst_rank=worst_rank)
+        curves = rank_curves(feeds, rank_numbers(feeds), worst_pid, by_steps, remote=snapshot.remote,
+                             worst_rank=worst_rank)
         return curves, next((f for f in feeds if f.pid == worst_pid), feeds[0])
 
-    def _draw(self, view: LiveView, final: bool, report: Report | None = None) -> None:
+    def draw(self, snapshot: LiveSnapshot) -> None:
+        """Draw what `snapshot` holds (against steps or seconds, as the toggle says); it is kept, so the
+        toggle can redraw a finished run."""
+        self._snapshot = snapshot
         by_steps = self.x_toggle.value == "steps"
-        text = status_line(view.live_status())
-        if final and report is not None:
-            text = f"{report.status} · {text}"
-        ranks, worst_feed = self._rank_curves(view, by_steps)
-        launcher = ranks is not None and view.clock == "time"  # the ranks train; this process launched them
+        text = status_line(snapshot.status)
+        if snapshot.report is not None:
+            text = f"{snapshot.report.status} · {text}"
+        ranks, worst_feed = self._rank_curves(snapshot, by_steps)
+        launcher = ranks is not None and snapshot.clock == "time"  # the ranks train; this process launched them
         # without steps of its own, the tree's curves go on the steps axis at the worst rank's steps
         mapped = by_steps and launcher
-        series: DecimatingSeries = view.timeline.by_step if by_steps and not mapped else view.timeline.by_time
-        x_name = "step" if by_steps and not mapped else "t_s"
-        data = series.columns(x_name, *(c for c, _, _ in CURVES))
-        x_all = np.frombuffer(data[x_name], dtype=np.float64)
-        columns = {c: np.frombuffer(data[c], dtype=np.float64) for c, _, _ in CURVES}
+        timeline = snapshot.timeline
+        series: DecimatingSeries = timeline.by_step if by_steps and not mapped else timeline.by_time
+        x_all, columns = _curve_columns(series, "step" if by_steps and not mapped else "t_s")
         if mapped:
             x_all = steps_of_time(x_all, worst_feed)
             keep = np.isfinite(x_all)
@@ -321,10 +337,10 @@ class LiveFigure:
         x = _decimate(x_all)
         visible = _visible_curves(columns, launcher)
         groups = _strip_groups(visible)
-        thresholds = _strip_thresholds(view.guard_thresholds(), visible)
-        markers = [step if by_steps else t_s for t_s, step in view.epoch_markers()]
+        thresholds = _strip_thresholds(snapshot.guard_thresholds, visible)
+        markers = [step if by_steps else t_s for t_s, step in snapshot.epoch_markers]
         with self._lock:
-            self.x_label = self._x_label(view, by_steps, worst_feed if mapped else None)
+            self.x_label = _x_label(snapshot.clock, by_steps, worst_feed if mapped else None)
             shown = _in_curve_order(list(groups) or [RAM.column])
             for column, curves in groups.items():
                 strip = self.strips.get(column) or self.strips.setdefault(column, self._new_strip(column, shown))
@@ -338,20 +354,11 @@ class LiveFigure:
             self.status.value = f"<code>{' · '.join(parts)}</code>"
             self.updates += 1
 
-
     def _show_strips(self, columns: list[str]) -> None:
         """Lay out the strips of `columns` (in the curves' order); the box changes only when they do."""
         figures = self._strip_widgets(columns)
         if list(self.strip_box.children) != figures:
             self.strip_box.children = figures
-
-    @staticmethod
-    def _x_label(view: LiveView, by_steps: bool, worst_feed: Any) -> str:
-        if not by_steps:
-            return "time (s)"
-        if worst_feed is not None:
-            return f"{STEP_AXIS_LABELS.get(worst_feed.clock, 'step')} (worst rank)"
-        return STEP_AXIS_LABELS.get(view.clock, "step")
 
     def _draw_ranks(self, ranks: RankCurves, by_steps: bool, worst_feed: Any) -> None:
         """The ranks' panel (under the lock, on the one writer thread)."""
