@@ -6,6 +6,7 @@ with the batches. PSS is read a few times a second and carried into the steps in
 from __future__ import annotations
 
 from torchmem_magic.analysis.findings import Series
+from torchmem_magic.render.advice import advice_lines
 from torchmem_magic.analysis.verdict import MIB, decide
 
 BASE = 230 * MIB
@@ -30,7 +31,7 @@ def run(
     # the workers' series as the report hands it over: their readings, where a new one shows
     pss = Series("workers", [float(s) for s, _ in readings], [v for _, v in readings])
     v = decide([heap, tree, pss], epoch_steps=epochs, worker_count=workers, workers_persistent=persistent)
-    return [v.verdict, *v.advice]
+    return [v.verdict, *advice_lines(v.advice)]
 
 
 def test_a_first_touch_that_stopped_is_no_leak_and_no_copy_on_access() -> None:

@@ -1,8 +1,11 @@
-from torchmem_magic.analysis.forensics import (
-    WorkerDeath,
-    explain_worker_death,
-    parse_worker_death,
-)
+from torchmem_magic.analysis import forensics
+from torchmem_magic.analysis.forensics import WorkerDeath, parse_worker_death
+from torchmem_magic.render.advice import advice_lines, worded
+
+
+def explain_worker_death(*args: object) -> tuple[str, ...]:
+    """The rule's notes, worded."""
+    return advice_lines(forensics.explain_worker_death(*args))  # type: ignore[arg-type]
 
 GIB = 1 << 30
 
@@ -30,8 +33,7 @@ def test_neither_says_so() -> None:
 
 
 def test_shm_warning_before_it_fills() -> None:
-    from torchmem_magic.analysis.forensics import shm_warning
-
-    assert shm_warning(10 << 20, 64 << 20) is None
-    text = shm_warning(58 << 20, 64 << 20)
+    assert forensics.shm_warning(10 << 20, 64 << 20) is None
+    warning = forensics.shm_warning(58 << 20, 64 << 20)
+    text = None if warning is None else worded(warning)
     assert text is not None and "/dev/shm reached 91%" in text and "--shm-size" in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from torchmem_magic.analysis.holders import fuse
+from torchmem_magic.render.advice import advice_lines
 from torchmem_magic.analysis.holder_trends import holder_trend, without_flat
 from torchmem_magic.core.model import Suspect
 from torchmem_magic.analysis.findings import Diagnosis, ResourceFinding
@@ -45,7 +46,7 @@ def test_scans_that_land_on_a_cycles_rise_are_not_a_leak_when_the_heap_did_not_g
     fused = fuse(curves(SAWTOOTH_HEAP, curve("rss", 0.0, 5 * KIB)), [cache("window", series)], "optimizer",
                  headroom_bytes=8 << 30, steps_per_s=500.0)
     assert fused.verdict == "clean", fused
-    assert any("window's scans rose" in line and "cycles" in line for line in fused.advice), fused.advice
+    assert any("window's scans rose" in line and "cycles" in line for line in advice_lines(fused.advice)), advice_lines(fused.advice)
 
 
 def test_graph_only_leaks_stay_found_whether_the_curves_agree_or_cannot_tell() -> None:
@@ -55,7 +56,7 @@ def test_graph_only_leaks_stay_found_whether_the_curves_agree_or_cannot_tell() -
     for diagnosis in (agreeing, unmeasured, curves()):
         fused = fuse(diagnosis, [total], "optimizer", headroom_bytes=8 << 30, steps_per_s=500.0)
         assert (fused.verdict, fused.leak_kind) == ("leak", "per-iteration"), fused
-        assert fused.advice[0].startswith("per-iteration leak: total_loss grows +5.5 KiB/step")
+        assert advice_lines(fused.advice)[0].startswith("per-iteration leak: total_loss grows +5.5 KiB/step")
     # noisy curves (a busy notebook's RSS, no heap reading) cannot rule out a few KiB a step either
     noisy = curves(curve("rss", 0.0, 40 * KIB))
     assert fuse(noisy, [total], "optimizer", None, None).verdict == "leak"
@@ -103,9 +104,9 @@ def test_a_leak_found_from_a_holder_alone_is_where_its_tensors_live() -> None:
                   on_accelerator=frozenset({"total_loss"}), device_headroom_bytes=float(1 << 30))
     assert (on_gpu.verdict, on_gpu.resource) == ("leak", "vram"), on_gpu
     assert on_gpu.steps_to_exhaustion == pytest.approx((1 << 30) / 5600, rel=0.01)
-    assert any("CUDA runs out of memory" in line for line in on_gpu.advice), on_gpu.advice
+    assert any("CUDA runs out of memory" in line for line in advice_lines(on_gpu.advice)), advice_lines(on_gpu.advice)
     on_host = fuse(curves(), [total], "optimizer", headroom_bytes=8 << 30, steps_per_s=500.0)
-    assert (on_host.verdict, on_host.resource) == ("leak", "heap") and "OOM-killed" in " ".join(on_host.advice)
+    assert (on_host.verdict, on_host.resource) == ("leak", "heap") and "OOM-killed" in " ".join(advice_lines(on_host.advice))
 
 
 def test_a_holder_that_filled_and_stayed_is_a_cache_not_a_leak() -> None:
@@ -124,5 +125,5 @@ def test_a_holder_that_filled_and_stayed_is_a_cache_not_a_leak() -> None:
     assert [s.name for s in dropped] == ["history"]
     said = fuse(Diagnosis("clean", None, None, None, None, None, None, ()), [cache("memo", memo)], "optimizer", None, None)
     assert said.verdict == "clean"
-    assert said.advice == ("memo is a cache that filled: it grew by 6.2 MiB over steps 0–150, then stayed the same "
+    assert advice_lines(said.advice) == ("memo is a cache that filled: it grew by 6.2 MiB over steps 0–150, then stayed the same "
                            "size for 250 steps (bounded by the data: not a leak)",)

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from torchmem_magic.core.units import format_bytes
+from torchmem_magic.render.advice import advice_lines
 from torchmem_magic.core.slopes import warmup_length
 from torchmem_magic.analysis.findings import Series
 from torchmem_magic.analysis.verdict import MIB, analyse, decide
@@ -94,7 +95,7 @@ def test_cuda_reserved_growing_with_flat_allocated_is_caching_not_a_leak() -> No
     allocated = series(noisy(100, 32 * 1024, seed=7), "vram")
     reserved = series(noisy(100, 32 * 1024, seed=8, per_step=2 * MIB), "vram_reserved")
     v = decide([allocated, reserved])
-    assert v.verdict == "clean" and any("caching allocator" in a and "expandable_segments" in a for a in v.advice)
+    assert v.verdict == "clean" and any("caching allocator" in a and "expandable_segments" in a for a in advice_lines(v.advice))
 
 
 @pytest.mark.parametrize("noise_kib", [1, 64, 1024, 16 * 1024])
@@ -107,7 +108,7 @@ def test_false_positive_rate_on_pure_noise_is_below_one_percent(noise_kib: int) 
 
 def test_too_few_steps_is_unknown_and_says_how_many() -> None:
     v = decide([series(noisy(8, 1024, seed=9, per_step=MIB))])
-    assert v.verdict == "unknown" and "needs at least" in v.advice[0]
+    assert v.verdict == "unknown" and "needs at least" in advice_lines(v.advice)[0]
 
 
 
@@ -118,12 +119,12 @@ def test_exhaustion_in_steps_and_time_said_plainly() -> None:
     assert v.verdict == "leak" and v.resource == "heap"
     assert v.steps_to_exhaustion == pytest.approx(2000, rel=0.1)
     assert v.seconds_to_exhaustion == pytest.approx(1000, rel=0.1)
-    assert "this kernel is OOM-killed in ~" in v.advice[1] and "(~17 min)" in v.advice[1]
+    assert "this kernel is OOM-killed in ~" in advice_lines(v.advice)[1] and "(~17 min)" in advice_lines(v.advice)[1]
 
 
 def test_rss_growth_with_flat_heap_is_fragmentation() -> None:
     v = decide([series(noisy(100, 8 * 1024, seed=12)), series(noisy(100, 8 * 1024, seed=13, per_step=MIB), "ram")])
-    assert v.verdict == "clean" and any("malloc_trim" in a for a in v.advice)
+    assert v.verdict == "clean" and any("malloc_trim" in a for a in advice_lines(v.advice))
 
 
 def test_rss_jumps_are_no_leak_where_the_heap_had_no_verdict_and_grew_far_less() -> None:
@@ -142,7 +143,7 @@ def test_rss_jumps_are_no_leak_where_the_heap_had_no_verdict_and_grew_far_less()
     findings = {f.resource: f for f in v.findings}
     assert findings["heap"].verdict == "unknown" and findings["ram"].verdict == "leak", findings
     assert v.verdict == "clean", v
-    assert any(a.startswith("RSS grows while the heap in use grew far less") for a in v.advice), v.advice
+    assert any(a.startswith("RSS grows while the heap in use grew far less") for a in advice_lines(v.advice)), advice_lines(v.advice)
     # where the heap grew as much as RSS, RSS's growth is what the heap holds: its leak stands
     assert judged([h + (r - ram[0]) for h, r in zip(heap, ram)]).verdict == "leak"
 
@@ -154,7 +155,7 @@ def test_workers_still_growing_with_a_flat_heap_are_the_process_trees_leak_expla
     v = decide([heap, ram, workers])
     assert (v.verdict, v.leak_kind, v.resource) == ("leak", "per-iteration", "ram")  # the OOM killer counts it
     assert v.per_step_bytes == pytest.approx(MIB, rel=0.05)
-    assert any("copy-on-access" in a and "grew by" in a for a in v.advice)
+    assert any("copy-on-access" in a and "grew by" in a for a in advice_lines(v.advice))
 
 
 def test_a_heap_without_a_verdict_does_not_hide_the_workers_copy_on_access() -> None:
@@ -162,7 +163,7 @@ def test_a_heap_without_a_verdict_does_not_hide_the_workers_copy_on_access() -> 
     workers = series(noisy(100, 8 * 1024, seed=21, per_step=MIB), "workers")
     ram = series(noisy(100, 8 * 1024, seed=22, per_step=1.5 * MIB), "ram")  # the tree: workers and more
     v = decide([heap, ram, workers])
-    assert (v.verdict, v.resource) == ("leak", "ram") and any("copy-on-access" in a for a in v.advice)
+    assert (v.verdict, v.resource) == ("leak", "ram") and any("copy-on-access" in a for a in advice_lines(v.advice))
     assert v.per_step_bytes == pytest.approx(MIB, rel=0.05)  # the workers' rate, not the whole tree's
 
 
@@ -171,7 +172,7 @@ def test_workers_that_stopped_growing_after_the_first_pass_are_explained_not_a_l
     rise = [BASE + min(i, 30) * 4 * MIB for i in range(120)]  # 120 MiB copied during the first pass, then flat
     v = decide([heap, series(rise, "workers")], first_pass_steps=(1, 30))
     assert v.verdict == "clean"
-    advice = next(a for a in v.advice if "copy-on-access" in a)
+    advice = next(a for a in advice_lines(v.advice) if "copy-on-access" in a)
     assert "grew by 120.0 MiB" in advice and "The first pass is complete" in advice
 
 
@@ -179,7 +180,7 @@ def test_copy_on_access_projection_to_the_end_of_the_first_pass() -> None:
     heap = series(noisy(100, 8 * 1024, seed=17))
     workers = series(noisy(100, 8 * 1024, seed=18, per_step=MIB), "workers")
     v = decide([heap, workers], first_pass_steps=(1, 300))
-    advice = next(a for a in v.advice if "copy-on-access" in a)
+    advice = next(a for a in advice_lines(v.advice) if "copy-on-access" in a)
     assert "Projected: ~" in advice and "(step 300)" in advice
     projected_mib = float(advice.split("Projected: ~")[1].split(" MiB")[0])
     assert projected_mib == pytest.approx(600 + 300, rel=0.05)  # 600 MiB base + 1 MiB/step over 300 steps
@@ -300,7 +301,7 @@ def test_what_the_block_end_released_is_said_and_not_taken_for_the_end_of_the_gr
         assert f.released_bytes == pytest.approx(values[-2] - values[-1])
     diagnosis = decide([Series("heap", xs, values, 16 * 1024 * MIB)])
     assert any(line.startswith(f"{format_bytes(f.released_bytes)} of it came back when the block ended")
-               for line in diagnosis.advice), diagnosis.advice
+               for line in advice_lines(diagnosis.advice)), advice_lines(diagnosis.advice)
 
 
 def test_a_list_cleared_at_every_epochs_end_including_the_last_stays_clean() -> None:
@@ -509,12 +510,12 @@ def test_a_mount_filled_to_its_limit_early_ran_out_and_is_a_leak_not_a_warmup(fu
     d = decide([Series("shm", xs, shm, 16 * MIB), Series("heap", xs, heap, 16 * 1024 * MIB)], ends_after_block=True)
     assert (d.verdict, d.leak_kind, d.resource) == ("leak", "per-iteration", "shm"), d
     assert d.per_step_bytes == pytest.approx(16 * MIB / (full_at - 1))
-    assert f"it was at its limit from step {full_at} on" in d.advice[1], d.advice
+    assert f"it was at its limit from step {full_at} on" in advice_lines(d.advice)[1], advice_lines(d.advice)
     # VRAM near full is the caching allocator's way, no sign it ran out; shm that emptied again did not run out
     vram = decide([Series("vram_reserved", xs, shm, 16 * MIB), Series("heap", xs, heap, 16 * 1024 * MIB)])
     assert vram.verdict != "leak", vram
     emptied = decide([Series("shm", xs, [*shm[:-4], *[2 * MIB] * 4], 16 * MIB)])
-    assert not any("at its limit" in line for line in emptied.advice), emptied
+    assert not any("at its limit" in line for line in advice_lines(emptied.advice)), emptied
 
 
 def _thinned(n: int) -> list[float]:
@@ -541,7 +542,7 @@ def test_growth_that_stopped_is_clean(thinned: bool) -> None:
     steps = _thinned(400) if thinned else [float(s) for s in range(1, 401)]
     for seed in range(5):
         diagnosis = decide([_shaped("fill", steps, seed)])
-        assert diagnosis.verdict == "clean", (seed, diagnosis.advice)
+        assert diagnosis.verdict == "clean", (seed, advice_lines(diagnosis.advice))
 
 
 def test_a_ramp_then_a_plateau_as_long_is_what_the_verdict_comes_back_from() -> None:
@@ -563,8 +564,8 @@ def test_the_rules_that_explain_growth_away_are_named_and_each_can_be_switched_o
     series = [Series("heap", steps, noisy(100, 64 * 1024, seed=1)),
               Series("ram", steps, noisy(100, 64 * 1024, seed=2, per_step=1 * MIB))]
     kept = decide(series)
-    assert kept.verdict == "clean" and any(line.startswith("RSS grows while the heap in use is flat") for line in kept.advice)
+    assert kept.verdict == "clean" and any(line.startswith("RSS grows while the heap in use is flat") for line in advice_lines(kept.advice))
     monkeypatch.setattr(verdict, "EXPLAINING_RULES", tuple(
         rule for rule in verdict.EXPLAINING_RULES if rule.__name__ != "_allocator_keeps_rss"))
     off = decide(series)
-    assert (off.verdict, off.resource) == ("leak", "ram") and not any(line.startswith("RSS grows") for line in off.advice)
+    assert (off.verdict, off.resource) == ("leak", "ram") and not any(line.startswith("RSS grows") for line in advice_lines(off.advice))

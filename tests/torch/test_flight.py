@@ -19,6 +19,7 @@ from torchmem_magic.flight.crashes import crash_records, crash_report, read_reco
 from torchmem_magic.flight.place import ENV_RECORD_DIR, process_alive, process_start_ticks, records_dir
 from torchmem_magic.flight.recorder import FlightRecorder
 from torchmem_magic.analysis.forensics import death_explanation
+from torchmem_magic.render.advice import advice_lines
 from torchmem_magic.finder.scan.results import Root
 from torchmem_magic.finder.leak_finder import LeakSearch
 from torchmem_magic.core.options import SessionOptions
@@ -134,7 +135,7 @@ def _explain(**overrides: object) -> list[str]:
         vram_total_bytes=None, oom_kills_before={"system": 3}, oom_kills_now={"system": 3}, last_verdict=None,
     )
     facts.update(overrides)
-    return death_explanation(**facts)  # type: ignore[arg-type]
+    return list(advice_lines(death_explanation(**facts)))  # type: ignore[arg-type]
 
 
 def test_a_death_is_explained_by_the_limit_it_was_at_and_plainly_when_it_cannot_be_known() -> None:

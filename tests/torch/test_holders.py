@@ -9,12 +9,14 @@ import pytest
 import torch
 
 from torchmem_magic.finder.holder_tracking import MAX_POINTS, HolderTracker
+from torchmem_magic.render.advice import advice_lines
 from torchmem_magic.finder.scan_schedule import MAX_SCANS
 from torchmem_magic.analysis.holders import fuse
-from torchmem_magic.analysis.holder_trends import first_named_step, holder_trend, live_holder_line, with_trends
+from torchmem_magic.analysis.holder_trends import first_named_step, holder_trend, with_trends
+from torchmem_magic.render.advice.holders import live_holder_line
 from torchmem_magic.core.model import Suspect
 from torchmem_magic.finder.scan.results import Root
-from torchmem_magic.analysis.findings import Diagnosis
+from torchmem_magic.analysis.findings import Diagnosis, Note, note
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -28,7 +30,12 @@ def suspect(name: str, series: list[tuple[int, int]], kind: str = "autograd-grap
     return Suspect(name, f"{name}[0]", kind, 10, 100, last, new, f"fix {name}", series=tuple(series))
 
 
-def diagnosis(verdict: str = "clean", per_step: float | None = None, advice: tuple[str, ...] = ()) -> Diagnosis:
+#: the curves' own headline of a 1 MiB/step heap leak
+HEADLINE = note("leak", leak_kind="per-iteration", resource="heap", per_step_bytes=MIB, error_bytes=None,
+                per_epoch_bytes=None, sporadic_steps=(), clock="optimizer")
+
+
+def diagnosis(verdict: str = "clean", per_step: float | None = None, advice: tuple[Note, ...] = ()) -> Diagnosis:
     kind = "per-iteration" if verdict == "leak" else None
     return Diagnosis(verdict, kind, "heap" if kind else None, per_step, None, None, None, advice)  # type: ignore[arg-type]
 
@@ -86,31 +93,32 @@ def test_a_growing_holder_is_a_leak_no_curve_shows() -> None:
     assert (fused.verdict, fused.leak_kind, fused.resource) == ("leak", "per-iteration", "heap")
     assert fused.per_step_bytes == pytest.approx(5.5 * KIB)
     assert fused.steps_to_exhaustion == pytest.approx(11 * MIB / (5.5 * KIB)) and fused.seconds_to_exhaustion == pytest.approx(20.48, rel=0.01)
-    assert fused.advice[0] == "per-iteration leak: total grows +5.5 KiB/step, too little for the curves to show yet"
-    assert fused.advice[1].startswith("at +5.5 KiB/step this kernel is OOM-killed in ~2,048 steps")
+    assert advice_lines(fused.advice)[0] == "per-iteration leak: total grows +5.5 KiB/step, too little for the curves to show yet"
+    assert advice_lines(fused.advice)[1].startswith("at +5.5 KiB/step this kernel is OOM-killed in ~2,048 steps")
 
 
 def test_agreement_and_disagreement_are_said() -> None:
     outputs = suspect("val_outputs", points([i * 10 * MIB for i in range(10)]))  # 1 MiB a step
-    agree = fuse(diagnosis("leak", MIB, ("per-iteration leak in heap: 1.0 MiB/step",)), [outputs], "optimizer", None, None)
-    assert agree.advice[1] == "heap +1.0 MiB/step, and val_outputs grows +1.0 MiB/step: that is where it goes"
+    agree = fuse(diagnosis("leak", MIB, (HEADLINE,)), [outputs], "optimizer", None, None)
+    assert advice_lines(agree.advice)[1] == "heap +1.0 MiB/step, and val_outputs grows +1.0 MiB/step: that is where it goes"
     flat = suspect("cache", points([5 * MIB] * 10), kind="tensor-cache")
-    alone = fuse(diagnosis("leak", MIB, ("per-iteration leak in heap: 1.0 MiB/step",)), [flat], "optimizer", None, None)
-    assert alone.verdict == "leak" and alone.advice[-2].startswith("no variable in the namespace grows with the steps")
-    assert alone.advice[-1] == "cache holds 5.0 MiB (bounded: it did not grow over the run)"
-    untracked = fuse(diagnosis("leak", MIB, ("x",)), [], "optimizer", None, None, tracked=False)
-    assert untracked.advice == ("x",)
+    alone = fuse(diagnosis("leak", MIB, (HEADLINE,)), [flat], "optimizer", None, None)
+    assert alone.verdict == "leak" and advice_lines(alone.advice)[-2].startswith("no variable in the namespace grows with the steps")
+    assert advice_lines(alone.advice)[-1] == "cache holds 5.0 MiB (bounded: it did not grow over the run)"
+    untracked = fuse(diagnosis("leak", MIB, (HEADLINE,)), [], "optimizer", None, None, tracked=False)
+    assert advice_lines(untracked.advice) == ("per-iteration leak in heap: 1.0 MiB/step",)
 
 
 def test_graphs_new_in_the_cell_that_do_not_grow_are_not_a_leak() -> None:
     last = suspect("last", points([9_800] * 12))  # the last step's 14-node graph, kept
     assert fuse(diagnosis("clean"), [last], "optimizer", None, None).verdict == "clean"
-    too_short = diagnosis("unknown", advice=("too few steps for a verdict: needs at least 12 sampled steps",))
+    too_short = diagnosis("unknown", advice=(note("too few steps", needs=12, clock="optimizer"),))
+    assert advice_lines(too_short.advice) == ("too few steps for a verdict: needs at least 12 sampled steps",)
     assert fuse(too_short, [last], "optimizer", None, None) == replace(too_short, verdict="clean", advice=())
     unjudged = suspect("last", points([9_800] * 2))
     for curves in (diagnosis("clean"), too_short):
         still = fuse(curves, [unjudged], "optimizer", None, None)
-        assert still.verdict == "suspect" and still.advice == (
+        assert still.verdict == "suspect" and advice_lines(still.advice) == (
             "last holds autograd graphs new in this run; too few scans to tell whether they grow",
         )
     old = replace(unjudged, new_in_cell=False)  # graphs that were there before the cell are not evidence

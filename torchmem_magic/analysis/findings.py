@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.model import VerdictName
 
@@ -39,6 +40,20 @@ class ResourceFinding:
 
 
 @dataclass(frozen=True)
+class Note:
+    """One piece of advice as a rule found it: which it is (`key`, worded by the renderers' catalogue)
+    and its facts. The rules word nothing, so their tests read facts, not sentences."""
+
+    key: str
+    facts: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+def note(key: str, **facts: Any) -> Note:
+    """`Note(key, facts)`, its facts given as keywords."""
+    return Note(key, facts)
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The run's verdict: the leaking resource (if any), its rate, when it runs out, and why."""
 
@@ -49,7 +64,7 @@ class Diagnosis:
     per_step_error_bytes: float | None
     steps_to_exhaustion: float | None
     seconds_to_exhaustion: float | None
-    advice: tuple[str, ...]
+    advice: tuple[Note, ...]
     findings: tuple[ResourceFinding, ...] = field(default=())
     per_epoch_bytes: float | None = None
 

@@ -15,7 +15,6 @@ from typing import Protocol, TypeVar
 
 from ..core.model import Suspect
 from ..core.slopes import theil_sen
-from ..core.units import format_bytes, rate_unit
 
 
 MIN_POINTS = 4  # scans needed before a holder's trend is judged
@@ -226,12 +225,3 @@ def without_flat(suspects: Sequence[Suspect]) -> tuple[Suspect, ...]:
         s for s in suspects
         if s.kind not in LOOP_KINDS or not (stayed_flat(s.series) or filled_then_flat(sorted(s.series)) is not None)
     )
-
-
-def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock: str) -> str | None:
-    """'val_outputs +2.9 MiB/step, autograd graphs': the fastest-growing holder, once one is clear."""
-    top = top_trend(trends)
-    if top is None:
-        return None
-    what = {"autograd-graph": "autograd graphs", "tensor-cache": "tensors"}.get(kinds.get(top.name, ""), "tensors")
-    return f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(clock)}, {what}"

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..core.model import Suspect
 from ..core.resources import HEAP, VRAM
-from ..core.units import format_bytes, format_duration, plural_noun, rate_unit
-from .findings import Diagnosis
+from .findings import Diagnosis, Note, note
 from .holder_trends import BOUNDED_MENTION_BYTES, LOOP_KINDS, Fill, HolderTrend, holder_trend, top_trend
 
 #: the curves rule a holder's growth out when the memory it lives in grew by less than this share of
@@ -64,33 +64,24 @@ class HolderSearch:
     cut_short: bool
     elapsed_s: float
 
-    def said(self) -> str:
-        """What was searched, in words."""
-        searched = f"rescanned {self.rescanned} {'name' if self.rescanned == 1 else 'names'} afresh"
-        if self.storages_searched:
-            searched += (f", then searched back from the {self.storages_searched} largest of "
-                         f"{self.storages_live} live tensor storages no scan reached")
-        return searched + (" (cut short: a limit was reached)" if self.cut_short else "")
+    def covered(self) -> dict[str, Any]:
+        """What was searched, as the facts of the advice that says it."""
+        return {"rescanned": self.rescanned, "storages_searched": self.storages_searched,
+                "storages_live": self.storages_live, "cut_short": self.cut_short}
 
 
-def _search_lines(search: HolderSearch, curve_rate: float | None, unit: str) -> list[str]:
+def _search_lines(search: HolderSearch, curve_rate: float | None, clock: str) -> list[Note]:
     """What the search says: the holder it found (where the memory goes), or what it covered."""
     if not search.found:
-        return [f"no holder grows in the scans, and none was found ({search.said()}): the memory is held "
-                "where Python cannot see it (a C extension's buffers) or kept by the allocator"]
+        return [note("search found nothing", searched=search.covered())]
     top = search.found[0]
-    grew = "" if top.growth_per_step is None else f", +{format_bytes(top.growth_per_step)}/{unit} over the run"
-    rate = "" if not curve_rate else f" of the {format_bytes(curve_rate, signed=True)}/{unit}"
-    return [f"{top.name} holds {format_bytes(top.retained_bytes)}{grew} at {top.path}: that is where the memory "
-            f"goes{rate} (found where the scans had not looked: {search.said()})"]
+    return [note("search found", name=top.name, retained_bytes=top.retained_bytes, growth_per_step=top.growth_per_step,
+                 path=top.path, curve_rate=curve_rate, clock=clock, searched=search.covered())]
 
 
-def _filled_line(name: str, fill: Fill, steps_word: str) -> str:
-    return (
-        f"{name} is a cache that filled: it grew by {format_bytes(fill.grown_bytes)} over {steps_word} "
-        f"{fill.first_step:,.0f}–{fill.full_step:,.0f}, then stayed the same size for "
-        f"{fill.last_step - fill.full_step:,.0f} {steps_word} (bounded by the data: not a leak)"
-    )
+def _filled_line(name: str, fill: Fill, clock: str) -> Note:
+    return note("cache filled", name=name, grown_bytes=fill.grown_bytes, first_step=fill.first_step,
+                full_step=fill.full_step, last_step=fill.last_step, clock=clock)
 
 
 def without_ruled_out(
@@ -105,33 +96,26 @@ def without_ruled_out(
     )
 
 
-def _bounded_lines(trends: dict[str, HolderTrend], aliased: Sequence[str], steps_word: str) -> list[str]:
+def _bounded_lines(trends: dict[str, HolderTrend], aliased: Sequence[str], clock: str) -> list[Note]:
     """Big holders that did not grow (or filled, then stayed), and holders the curves rule out."""
     return [
-        _filled_line(t.name, t.filled, steps_word) if t.filled is not None
-        else f"{t.name} holds {format_bytes(t.last_bytes)} (bounded: it did not grow over the run)"
+        _filled_line(t.name, t.filled, clock) if t.filled is not None
+        else note("bounded holder", name=t.name, held_bytes=t.last_bytes)
         for t in trends.values() if t.bounded and t.last_bytes >= BOUNDED_MENTION_BYTES
-    ] + [
-        f"{name}'s scans rose, but the memory it lives in did not grow with it: its size cycles between scans "
-        "(not a leak)" for name in aliased
-    ]
+    ] + [note("cycling holder", name=name) for name in aliased]
 
 
-def _where_the_leak_goes(diagnosis: Diagnosis, top: HolderTrend, advice: list[str], unit: str) -> Diagnosis:
+def _where_the_leak_goes(diagnosis: Diagnosis, top: HolderTrend, advice: list[Note], clock: str) -> Diagnosis:
     """The curves' leak and the top holder's growth, said together: where it goes when the rates agree (a
     holder's exact jumps make a blurred slope sporadic), the holder's share when they do not."""
     rate = top.growth_per_step or 0.0
-    holder_rate = f"{format_bytes(rate, signed=True)}/{unit}"
     curve_rate = diagnosis.per_step_bytes or 0.0
-    if curve_rate > 0 and 0.5 <= rate / curve_rate <= 2.0:
-        advice.insert(1, f"{diagnosis.resource} {format_bytes(curve_rate, signed=True)}/{unit}, and "
-                         f"{top.name} grows {holder_rate}: that is where it goes")
-        if diagnosis.leak_kind == "per-iteration" and top.sporadic:
-            # thinned step samples blur jumps into a slope; the holder's exact sizes do not
-            return replace(diagnosis, leak_kind="sporadic", advice=tuple(advice))
-    else:
-        advice.insert(1, f"{top.name} grows {holder_rate} of the {diagnosis.resource}'s "
-                         f"{format_bytes(curve_rate, signed=True)}/{unit}")
+    agree = curve_rate > 0 and 0.5 <= rate / curve_rate <= 2.0
+    advice.insert(1, note("where it goes" if agree else "holder's share", resource=diagnosis.resource,
+                          curve_rate=curve_rate, name=top.name, holder_rate=rate, clock=clock))
+    if agree and diagnosis.leak_kind == "per-iteration" and top.sporadic:
+        # thinned step samples blur jumps into a slope; the holder's exact sizes do not
+        return replace(diagnosis, leak_kind="sporadic", advice=tuple(advice))
     return replace(diagnosis, advice=tuple(advice))
 
 
@@ -145,28 +129,21 @@ class _Headroom:
     on_accelerator: frozenset[str]
 
 
-def _leak_from_holder(diagnosis: Diagnosis, top: HolderTrend, advice: list[str], clock: str, room: _Headroom) -> Diagnosis:
+def _leak_from_holder(diagnosis: Diagnosis, top: HolderTrend, advice: list[Note], clock: str, room: _Headroom) -> Diagnosis:
     """A holder that grows although no curve shows it: a leak at its own rate, in VRAM where its tensors are
     mostly on an accelerator (against the device's headroom), else in the heap."""
-    unit, steps_word = rate_unit(clock), plural_noun(clock)
     rate = top.growth_per_step or 0.0
-    holder_rate = f"{format_bytes(rate, signed=True)}/{unit}"
     on_device = top.name in room.on_accelerator
     resource = VRAM if on_device else HEAP
     headroom = room.device_bytes if on_device else room.host_bytes
     exhaustion = headroom / rate if headroom and rate > 0 else None
     seconds = exhaustion / room.steps_per_s if exhaustion is not None and room.steps_per_s else None
     kind = "sporadic" if top.sporadic else "per-iteration"
-    lines = [f"{kind} leak: {top.name} grows {holder_rate}, too little for the curves to show yet"]
-    if top.sporadic:
-        named = [str(b) if a == b else f"{a}–{b}" for a, b in top.rises[:10]]
-        lines[0] += f" (in jumps, between {steps_word} {', '.join(named)})"
+    lines = [note("holder leak", leak_kind=kind, name=top.name, holder_rate=rate, clock=clock,
+                  rises=top.rises if top.sporadic else None)]
     if exhaustion is not None:
-        if clock == "time":
-            when = f"~{format_duration(exhaustion, rough=True)}"
-        else:
-            when = f"~{exhaustion:,.0f} {steps_word}" + (f" (~{format_duration(seconds, rough=True)})" if seconds else "")
-        lines.append(f"at {holder_rate} {resource.runs_out} in {when}")
+        lines.append(note("runs out in", resource=resource.key, per_step_bytes=rate, steps=exhaustion, seconds=seconds,
+                          clock=clock, signed=True))
     return replace(
         diagnosis, verdict="leak", leak_kind=kind, resource=resource.key, per_step_bytes=rate,
         per_step_error_bytes=None, steps_to_exhaustion=exhaustion, seconds_to_exhaustion=seconds,
@@ -175,16 +152,14 @@ def _leak_from_holder(diagnosis: Diagnosis, top: HolderTrend, advice: list[str],
 
 
 def _new_graphs_decide(
-    diagnosis: Diagnosis, new_graphs: list[str], trends: dict[str, HolderTrend], aliased: Sequence[str], advice: list[str]
+    diagnosis: Diagnosis, new_graphs: list[str], trends: dict[str, HolderTrend], aliased: Sequence[str], advice: list[Note]
 ) -> Diagnosis:
     """Graphs new in the cell are the only evidence where the curves say clean or too few steps: clean when
     each is judged bounded, else suspect (too few scans to tell)."""
     rest = advice[1:] if diagnosis.verdict == "unknown" else advice  # drop "too few steps for a verdict"
     if all(name in trends and (trends[name].bounded or name in aliased) for name in new_graphs):
         return replace(diagnosis, verdict="clean", advice=tuple(rest))
-    lines = [f"{', '.join(new_graphs)} holds autograd graphs new in this run; too few scans to tell whether "
-             "they grow"]
-    return replace(diagnosis, verdict="suspect", advice=(*lines, *rest))
+    return replace(diagnosis, verdict="suspect", advice=(note("new graphs unjudged", names=tuple(new_graphs)), *rest))
 
 
 def fuse(
@@ -215,10 +190,10 @@ def fuse(
     aliased = sorted(name for name, t in trends.items() if ruled_out(t, curves_rate(diagnosis, name in on_accelerator)))
     top = top_trend(t for t in trends.values() if t.name not in aliased)
     advice = list(diagnosis.advice)
-    bounded = _bounded_lines(trends, aliased, plural_noun(clock))
+    bounded = _bounded_lines(trends, aliased, clock)
     if top is not None:
         if diagnosis.verdict == "leak":
-            fused = _where_the_leak_goes(diagnosis, top, advice, rate_unit(clock))
+            fused = _where_the_leak_goes(diagnosis, top, advice, clock)
         else:
             room = _Headroom(headroom_bytes, device_headroom_bytes, steps_per_s, on_accelerator)
             fused = _leak_from_holder(diagnosis, top, advice, clock, room)
@@ -230,10 +205,9 @@ def fuse(
     judged = all(trends.get(s.name) is not None and trends[s.name].growth_per_step is not None
                  for s in suspects if s.new_in_cell)
     if searched is not None and diagnosis.verdict in ("leak", "suspect"):
-        advice[1:1] = _search_lines(searched, diagnosis.per_step_bytes, rate_unit(clock))
+        advice[1:1] = _search_lines(searched, diagnosis.per_step_bytes, clock)
     elif diagnosis.verdict == "leak" and tracked and judged:
-        advice.append("no variable in the namespace grows with the steps: the memory is held elsewhere "
-                      "(a function's local variables, a library's cache) or kept by the allocator")
+        advice.append(note("held elsewhere"))
     return replace(diagnosis, advice=(*advice, *bounded))
 
 

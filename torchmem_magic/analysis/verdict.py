@@ -41,9 +41,8 @@ from ..core.slopes import (
     theil_sen,
     warmup_length,
 )
-from ..core.units import format_bytes, format_duration, plural_noun, rate_unit, singular_noun
 from .epochs import closes_last_epoch, crossing_epochs, flat_within_epochs, per_epoch_growth
-from .findings import Diagnosis, ResourceFinding, Series, readings_of
+from .findings import Diagnosis, Note, ResourceFinding, Series, note, readings_of
 from .worker_growth import FIRST_TOUCH_BYTES_PER_WORKER, copy_on_access_projection, still_copying, workers_growth
 
 MIB = 1 << 20
@@ -178,7 +177,6 @@ def analyse(
 
 #: the resources for which a reading at the limit means the run ran out of it
 _FATAL_WHEN_FULL = frozenset(r.key for r in resources.RESOURCES if r.full_is_fatal)
-_KILLED_BY = {r.key: r.runs_out for r in resources.RESOURCES if r.leak_rank is not None}
 #: what a resource's leak is reported as, where that is another resource (reserved VRAM as VRAM)
 _REPORTED_AS = {r.key: r.reported for r in resources.RESOURCES}
 
@@ -213,7 +211,7 @@ class _Explained:
     """What a rule says of the run: a note for the advice, resources whose growth it explains (no leak of
     theirs), and a finding that takes a resource's place (the workers still copying: the tree's leak)."""
 
-    note: str | None = None
+    note: Note | None = None
     not_leaks: frozenset[str] = frozenset()
     instead: ResourceFinding | None = None
 
@@ -222,11 +220,7 @@ def _caching_allocator(e: _Evidence) -> _Explained | None:
     """CUDA reserved memory grows while allocated memory is flat: the caching allocator keeps it."""
     reserved, allocated = e.findings.get("vram_reserved"), e.findings.get("vram")
     if reserved and allocated and reserved.verdict in ("leak", "suspect") and allocated.verdict == "clean":
-        return _Explained(
-            "CUDA reserved memory grows while allocated memory is flat: that is the caching allocator "
-            "(or fragmentation), not a leak. torch.cuda.empty_cache() returns it; "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation."
-        )
+        return _Explained(note("caching allocator"))
     return None
 
 
@@ -240,16 +234,9 @@ def _copy_on_access(e: _Evidence) -> _Explained | None:
     workers = e.findings["workers"]
     # "unknown": too few PSS readings for the detector, one short epoch
     still = still_copying(e.series["workers"], e.worker_epochs) if workers.verdict != "clean" else None
-    note = (
-        f"DataLoader workers' memory grew by {format_bytes(added)} (by PSS) while "
-        "the kernel's heap stayed nearly flat: workers copying a dataset of Python objects page by page as they read "
-        "it (copy-on-access) grows until every worker has touched everything; numpy/torch arrays (or "
-        "np.frombuffer / pyarrow for strings) avoid it. Where the dataset holds arrays already, the workers' "
-        "garbage collector copied the pages of the notebook's other objects once: gc.freeze() just before "
-        "the loop avoids that."
-        + copy_on_access_projection(e.series["workers"], workers, e.first_pass_steps)
-    )
-    return _Explained(note, frozenset({"ram"}) if still is not None else frozenset(), still)
+    projection = copy_on_access_projection(e.series["workers"], workers, e.first_pass_steps)
+    said = note("copy on access", added_bytes=added, **projection)
+    return _Explained(said, frozenset({"ram"}) if still is not None else frozenset(), still)
 
 
 def _allocator_keeps_rss(e: _Evidence) -> _Explained | None:
@@ -261,13 +248,7 @@ def _allocator_keeps_rss(e: _Evidence) -> _Explained | None:
     )):
         return None
     said = rss is not None and rss.verdict == "leak" and e.workers_added is None  # else the workers' note says it
-    note = None if not said else (
-        f"RSS grows while the heap in use {'is flat' if heap.verdict == 'clean' else 'grew far less'}: "
-        "not memory your objects hold, but freed memory the "
-        "allocator keeps (fragmentation) or libraries and buffers loaded on first use. The first kind "
-        "comes back with ctypes.CDLL('libc.so.6').malloc_trim(0) (the 'return heap to OS' button)."
-    )
-    return _Explained(note, frozenset({"ram"}))
+    return _Explained(note("allocator keeps RSS", heap_flat=heap.verdict == "clean") if said else None, frozenset({"ram"}))
 
 
 #: the rules that explain growth away, in the order their notes are given; each can be read, tested and
@@ -294,52 +275,30 @@ def _leaking(findings: dict[str, ResourceFinding], explained: Sequence[_Explaine
     return chosen
 
 
-def _too_few_steps(findings: Sequence[ResourceFinding], clock: str) -> str:
+def _too_few_steps(findings: Sequence[ResourceFinding], clock: str) -> Note:
     warm = max((f.warmup_steps for f in findings), default=0)
-    needs, steps_word = MIN_STEPS + warm, plural_noun(clock)
-    return (f"too few {steps_word} for a verdict: needs at least {needs} sampled {steps_word}"
-            if clock != "time" else f"too short for a verdict: needs at least {needs} samples")
+    return note("too few steps", needs=MIN_STEPS + warm, clock=clock)
 
 
-def _headline(chosen: ResourceFinding, clock: str) -> str:
-    """'per-iteration leak in heap: 1.0 MiB/step ± 2 KiB', with a sporadic leak's steps."""
-    rate = f"{format_bytes(chosen.per_step_bytes or 0)}/{rate_unit(clock)}"
-    if chosen.per_epoch_bytes is not None:
-        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {format_bytes(chosen.per_epoch_bytes)} per epoch"
-    else:
-        error = chosen.per_step_error_bytes
-        headline = f"{chosen.leak_kind} leak in {chosen.resource}: {rate}" + (
-            f" ± {format_bytes(error)}" if chosen.leak_kind == "per-iteration" and error is not None else ""
-        )
-    if chosen.sporadic_steps:
-        named = [str(b) if a == b else f"{a}–{b}" for a, b in chosen.sporadic_steps[:10]]
-        headline += f", at {'seconds' if clock == 'time' else plural_noun(clock)} {', '.join(named)}"
-    return headline
+def _headline(chosen: ResourceFinding, clock: str) -> Note:
+    """The leak, its kind, resource and rate (a sporadic leak's steps, a per-epoch leak's epochs)."""
+    return note("leak", leak_kind=chosen.leak_kind, resource=chosen.resource, per_step_bytes=chosen.per_step_bytes or 0,
+                error_bytes=chosen.per_step_error_bytes, per_epoch_bytes=chosen.per_epoch_bytes,
+                sporadic_steps=chosen.sporadic_steps, clock=clock)
 
 
-def _when_it_runs_out(chosen: ResourceFinding, clock: str, seconds: float | None) -> list[str]:
+def _when_it_runs_out(chosen: ResourceFinding, clock: str, seconds: float | None) -> list[Note]:
     """When the leaking resource runs out (or since when it was full), and what the block's end gave back."""
-    rate, steps_word = f"{format_bytes(chosen.per_step_bytes or 0)}/{rate_unit(clock)}", plural_noun(clock)
-    lines = []
+    rate, notes = chosen.per_step_bytes or 0, []
     if chosen.full_at_step is not None:
-        at = f"{singular_noun(clock)} {chosen.full_at_step:,.0f}"
-        lines.append(f"it was at its limit from {at} on (it filled at {rate}), where "
-                     f"{_KILLED_BY.get(chosen.resource, 'it runs out')}")
+        notes.append(note("full since", resource=chosen.resource, full_at_step=chosen.full_at_step,
+                          per_step_bytes=rate, clock=clock))
     elif chosen.steps_to_exhaustion is not None:
-        if clock == "time":
-            when = f"~{format_duration(chosen.steps_to_exhaustion, rough=True)}"
-        else:
-            when = f"~{chosen.steps_to_exhaustion:,.0f} {steps_word}" + (
-                f" (~{format_duration(seconds, rough=True)})" if seconds else ""
-            )
-        lines.append(f"at {rate} {_KILLED_BY.get(chosen.resource, 'it runs out')} in {when}")
+        notes.append(note("runs out in", resource=chosen.resource, per_step_bytes=rate,
+                          steps=chosen.steps_to_exhaustion, seconds=seconds if clock != "time" else None, clock=clock))
     if chosen.released_bytes:
-        lines.append(
-            f"{format_bytes(chosen.released_bytes)} of it came back when the block ended: what held it was freed "
-            "after the loop or went out of scope (a list local to a function that returned); the loop itself "
-            "grows it at this rate"
-        )
-    return lines
+        notes.append(note("released at the end", released_bytes=chosen.released_bytes))
+    return notes
 
 
 def decide(

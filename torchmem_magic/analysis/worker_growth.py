@@ -7,7 +7,6 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from ..core.units import format_bytes
 from .findings import ResourceFinding, Series, readings_of
 
 MIB = 1 << 20
@@ -79,16 +78,17 @@ def still_copying(series: Series, epoch_steps: Sequence[float] = ()) -> Resource
 
 def copy_on_access_projection(
     series: Series, finding: ResourceFinding, first_pass: tuple[int, int] | None
-) -> str:
-    """Where the workers' memory ends up once the first pass has touched the whole dataset."""
+) -> dict[str, float]:
+    """Where the workers' memory ends up once the first pass has touched the whole dataset:
+    `settled_bytes` once that pass is complete, else `projected_bytes` by its last step
+    (`first_pass_end`); nothing where it cannot be told."""
     xs, ys = readings_of(series)
     if first_pass is None or not ys:
-        return ""
+        return {}
     first, last = first_pass
     now = xs[-1]
     if now >= last:
-        return f" The first pass is complete: the workers should stay near {format_bytes(ys[-1])}."
+        return {"settled_bytes": ys[-1]}
     if not finding.per_step_bytes:
-        return ""
-    projected = ys[-1] + finding.per_step_bytes * (last - now)
-    return f" Projected: ~{format_bytes(projected)} for the workers by the end of the first pass (step {last})."
+        return {}
+    return {"projected_bytes": ys[-1] + finding.per_step_bytes * (last - now), "first_pass_end": last}

@@ -14,7 +14,8 @@ from typing import Any
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
 from .scan_schedule import FULL_SCAN_EVERY
 from ..analysis.holders import HolderSearch
-from ..analysis.holder_trends import MIN_GROWTH_BYTES, at_its_last_level, first_named_step, holder_trend, live_holder_line, with_trends
+from ..analysis.holder_trends import MIN_GROWTH_BYTES, at_its_last_level, first_named_step, holder_trend, with_trends
+from ..render.advice.holders import live_holder_line
 from ..core.model import Suspect
 from .scan.memo import ScanMemo, scan_reusing
 from .scan.referrers import BackSearch, HeldElsewhere, live_storages, search_back

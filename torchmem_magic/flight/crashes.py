@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.resources import RAM, SHM, VRAM_RESERVED
 from ..analysis.forensics import death_explanation
+from ..render.advice import advice_lines
 from ..core.model import DeviceMemory, from_schema_dict
 from ..stream.feed import RankFeed, apply_message
 from ..stream.protocol import evidence_from
@@ -131,7 +132,7 @@ def crash_report(record: CrashRecord) -> Report:
     hello = record.hello
     timeline = feed.timeline.by_time
     shm_total = hello.get("shm_total_bytes")
-    lines = death_explanation(
+    lines = advice_lines(death_explanation(
         died_at=datetime.datetime.fromtimestamp(record.died_wall_s).strftime("%Y-%m-%d %H:%M:%S"),
         ran_s=feed.elapsed_s,
         steps=feed.steps,
@@ -146,7 +147,7 @@ def crash_report(record: CrashRecord) -> Report:
         oom_kills_now=oom_kill_counts(),
         last_verdict=None if record.verdict is None else str(record.verdict.get("text")),
         terminated_by=record.terminated_by,
-    )
+    ))
     advice = tuple(a for a in report.advice if "is OOM-killed in" not in a)  # a projection: it came true
     error = "the death of its kernel" if record.terminated_by is None else f"its kernel's termination ({record.terminated_by})"
     return replace(

@@ -28,6 +28,7 @@ from ..core import resources
 from ..core.options import DEFAULT_SHM_PATH
 from .merge import with_ranks
 from ..core.resources import HEAP, RAM, SHM
+from ..render.advice import advice_lines, worded
 from ..render.results import Report
 from ..core.slopes import new_readings
 from ..core.timeline import Timeline
@@ -160,7 +161,7 @@ def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary 
     by_time = evidence.timeline.by_time
     ram_before = [v for v in by_time.column(RAM.column)[-5:] if not math.isnan(v)]  # the last readings
     shm_before = [v for v in by_time.column(SHM.column)[-5:] if not math.isnan(v)]
-    return explain_worker_death(
+    return list(advice_lines(explain_worker_death(
         death,
         ram_bytes=max(ram_before, default=float(ram.end_bytes)),
         ram_limit_bytes=float(ram.limit_bytes),
@@ -168,7 +169,7 @@ def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary 
         shm_total_bytes=None if shm is None else float(shm.limit_bytes),
         limit_source=ram.limit_source,
         shm_path=evidence.shm.path if evidence.shm is not None else DEFAULT_SHM_PATH,
-    )
+    )))
 
 
 def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
@@ -218,7 +219,7 @@ def _curves(
 def _shm_warning(shm: ShmSummary | None) -> list[str]:
     """A /dev/shm that came close to full, where no worker died of it."""
     warning = None if shm is None else shm_warning(shm.peak_bytes, shm.limit_bytes, shm.path)
-    return [warning] if warning else []
+    return [worded(warning)] if warning else []
 
 
 def assemble_report(
@@ -258,7 +259,7 @@ def assemble_report(
         resource=diagnosis.resource,
         steps_to_exhaustion=diagnosis.steps_to_exhaustion,
         suspects=without_flat(without_ruled_out(suspects, curves, evidence.holders_on_accelerator)),
-        advice=(*evidence.guard_advice, *death_advice, *diagnosis.advice, *source_error_advice(evidence.source_errors)),
+        advice=(*evidence.guard_advice, *death_advice, *advice_lines(diagnosis.advice), *source_error_advice(evidence.source_errors)),
         seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
         per_step_error_bytes=diagnosis.per_step_error_bytes,
         sporadic_steps=diagnosis.sporadic_steps,
