@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torchmem_magic.analysis.holder_trends import HolderTrend, grows, largest_holder, top_holder, top_trend
 from torchmem_magic.render.advice.holders import live_holder_line
-from torchmem_magic.report.merge import rank_line
+from torchmem_magic.render.advice.ranks import rank_line
 from torchmem_magic.core.model import RamSummary, RankSummary, ReportData, Suspect
 from torchmem_magic.render.static import verdict_line
 from torchmem_magic.render.text import ranks_text

@@ -13,17 +13,9 @@ import numpy as np
 import pytest
 
 import torchmem_magic
-from torchmem_magic.tracing.guard import (
-    GuardTrip,
-    Level,
-    MemoryGuard,
-    MemoryGuardError,
-    guard_advice,
-    guard_message,
-    guard_status,
-    guard_trip,
-    steps_to_next_check,
-)
+from torchmem_magic.analysis.guard_rules import GuardTrip, Level, guard_trip, steps_to_next_check
+from torchmem_magic.render.advice.guard import guard_advice, guard_message, guard_status
+from torchmem_magic.tracing.guard import MemoryGuard, MemoryGuardError
 from torchmem_magic.tracing.hooks import TrainingHooks
 from torchmem_magic.core.options import parse_guard
 from torchmem_magic.probes.accelerator import AcceleratorProbe

@@ -23,6 +23,7 @@ def test_a_guarded_row_reaches_the_guard() -> None:
         resources.RESOURCES = (*resources.RESOURCES[:-1], dataclasses.replace(resources.RESOURCES[-1], guard_name="XPU",
                                stopped_before="the XPU running out"))
         from torchmem_magic.tracing import guard
-        print(json.dumps({"watched": [r.guard_name for r in guard._WATCHED], "at": guard._AT_LIMIT["XPU"]}))
+        from torchmem_magic.render.advice import guard as words
+        print(json.dumps({"watched": [r.guard_name for r in guard._WATCHED], "at": words._STOPPED_BEFORE["XPU"]}))
     """)
     assert result == {"watched": ["RAM", "/dev/shm", "VRAM", "XPU"], "at": "the XPU running out"}

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchmem_magic.frontends.gate import leak_message
-from torchmem_magic.tracing.guard import GuardTrip, Level, _top_holder, guard_message
+from torchmem_magic.analysis.guard_rules import GuardTrip, Level
+from torchmem_magic.render.advice.guard import guard_message
+from torchmem_magic.tracing.guard import _top_holder
 from torchmem_magic.core.model import RamSummary, RankSummary, Suspect
 from torchmem_magic.stream.feed import RankFeed
 from torchmem_magic.ranks.live import from_summary, judge_rank

@@ -20,7 +20,6 @@ from ..core.model import (
     Clock,
     RamSummary,
     ShmSummary,
-    SourceErrors,
     Status,
     VramSummary,
 )
@@ -29,6 +28,7 @@ from ..core.options import DEFAULT_SHM_PATH
 from .merge import with_ranks
 from ..core.resources import HEAP, RAM, SHM
 from ..render.advice import advice_lines, worded
+from ..render.advice.sources import source_error_advice
 from ..render.results import Report
 from ..core.slopes import new_readings
 from ..core.timeline import Timeline
@@ -170,15 +170,6 @@ def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary 
         limit_source=ram.limit_source,
         shm_path=evidence.shm.path if evidence.shm is not None else DEFAULT_SHM_PATH,
     )))
-
-
-def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
-    """One line per source that failed: its figures have gaps, and why."""
-    return [
-        f"the {e.source} failed {e.count:,} time{'s' if e.count != 1 else ''} (last: {e.last}): "
-        "its figures in this report are incomplete"
-        for e in errors
-    ]
 
 
 def _with_rates(summarised: dict[str, Any], diagnosis: Diagnosis, timeline: Timeline, clock: Clock) -> dict[str, Any]:

@@ -12,11 +12,20 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from ..analysis.holder_trends import grows, top_holder
 from ..core.model import RamSummary, RankSummary, ReportData, Suspect, VerdictName, headline_peak, last_of_each_rank
 from ..core.timeline import Timeline
-from ..core.units import format_bytes, format_duration, rate_unit
 from .rates import leak_rate
+from ..render.advice.ranks import (
+    attempt_line,
+    clean_line,
+    death_line,
+    foreign_context_line,
+    imbalance_line,
+    of_rank,
+    rank_line,
+    stale_line,
+    stopped_by_line,
+)
 
 R = TypeVar("R", bound=ReportData)
 SEVERITY: dict[str, int] = {"clean": 0, "unknown": 1, "suspect": 2, "leak": 3}
@@ -69,6 +78,7 @@ def _peak_bytes(rank: RankSummary) -> float:
 #: how launchers stop the other ranks once one died
 STOPPED_BY_LAUNCHER = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
 ERROR_CHARS = 200  # what the report quotes of the exception that stopped a rank
+RAM_FULL = 0.9  # a dead rank's RAM this near its limit: most likely the OOM killer
 STALLED_S = 0.1  # a rank whose last messages brought no new steps for longer had stopped stepping
 
 
@@ -118,71 +128,13 @@ def worst_of(ranks: Sequence[RankSummary]) -> RankSummary | None:
     ))
 
 
-def _holder(rank: RankSummary) -> str:
-    top = top_holder(rank.suspects, or_largest=rank.verdict == "leak")
-    if top is None:
-        return ""
-    if grows(top):
-        return f"; {top.name} grows {format_bytes(top.growth_per_step or 0.0, signed=True)}/{rate_unit(rank.clock)}"
-    return f"; held by {top.name}"
-
-
-def _ranks_word(numbers: Sequence[int]) -> str:
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(str(n) for n in numbers)
-
-
-def rank_line(rank: RankSummary) -> str:
-    """'rank 1: leak (per-iteration), heap +1.0 MiB/step; history grows +1.0 MiB/step'."""
-    line = f"rank {rank.rank}: {rank.verdict}"
-    if rank.leak_kind:
-        line += f" ({rank.leak_kind})"
-    if rank.resource and rank.per_step_bytes is not None:
-        line += f", {rank.resource} {format_bytes(rank.per_step_bytes, signed=True)}/{rate_unit(rank.clock)}"
-    line += _holder(rank)
-    return line
-
-
-def death_line(rank: RankSummary, culprit: bool) -> str:
-    how = f" ({rank.ended})" if rank.ended else ""
-    last = f"last readings: RAM {format_bytes(rank.ram.end_bytes)} of {format_bytes(rank.ram.limit_bytes)}"
-    if rank.heap is not None:
-        last += f", heap {format_bytes(rank.heap.end_bytes)}"
-    if rank.vram is not None:
-        last += f", VRAM {format_bytes(rank.vram.allocated_end_bytes)}"
-    line = f"rank {rank.rank} (pid {rank.pid}) stopped without finishing{how} at {format_duration(rank.last_seen_s)}; {last}"
-    if not culprit:
-        return line + " (after another rank died: launchers stop the rest)"
-    if rank.ram.limit_bytes and rank.ram.end_bytes >= 0.9 * rank.ram.limit_bytes:
-        line += "; RAM was at its limit: most likely the OOM killer"
-    elif rank.ended is None:
-        line += "; what killed it cannot be known from here (no exit status reached this watcher)"
-    return line
-
-
-def stale_line(rank: RankSummary) -> str:
-    """Another node's rank whose summaries stopped arriving: where it was, its last figures."""
-    where = f" on {rank.host}" if rank.host else ""
-    where += f", node {rank.node}" if rank.node is not None else ""
-    last = f"RAM {format_bytes(rank.ram.end_bytes)} of {format_bytes(rank.ram.limit_bytes)}"
-    if rank.heap is not None:
-        last += f", heap {format_bytes(rank.heap.end_bytes)}"
-    return (
-        f"rank {rank.rank} (pid {rank.pid}{where}) went silent: its last summary came at "
-        f"{format_duration(rank.last_seen_s)}, at {rank.steps:,} {rate_unit(rank.clock)}s; last readings: {last}; "
-        "what became of it cannot be known from here"
-    )
-
-
 def restart_lines(ranks: Sequence[RankSummary]) -> list[str]:
     """Where torchrun restarted ranks: how each earlier attempt ended (the rank whose death ended it)."""
     lines = []
     for attempt in sorted({r.attempt for r in ranks if r.attempt is not None} - {max_attempt(ranks)}):
         died = first_to_die([r for r in ranks if r.attempt == attempt])
         again = sorted({r.rank for r in ranks if r.attempt == attempt + 1})
-        how = "" if died is None else (
-            f": rank {died.rank} stopped{f' ({died.ended})' if died.ended else ''} at {died.steps:,} {rate_unit(died.clock)}s"
-        )
-        lines.append(f"attempt {attempt} ended{how}; torchrun started {_ranks_word(again)} again")
+        lines.append(attempt_line(attempt, died, again))
     return lines
 
 
@@ -198,25 +150,21 @@ def rank_lines(ranks: Sequence[RankSummary]) -> list[str]:
     died = first_to_die(current)
     for rank in sorted(current, key=lambda r: (r is not died, -SEVERITY.get(r.verdict, 0), r.rank)):
         if rank.status == "killed":
-            lines.append(death_line(rank, rank is died))
+            ram = rank.ram
+            lines.append(death_line(rank, rank is died, bool(ram.limit_bytes) and ram.end_bytes >= RAM_FULL * ram.limit_bytes))
         elif rank.status == "stale":
             lines.append(stale_line(rank))
         elif rank.status == "error" and rank.ended and rank.ended not in STOPPED_BY_LAUNCHER:
-            what = rank.ended if len(rank.ended) <= ERROR_CHARS else rank.ended[: ERROR_CHARS - 1] + "…"
-            lines.append(f"rank {rank.rank} stopped at {rank.steps:,} {rate_unit(rank.clock)}s by {what}")
+            lines.append(stopped_by_line(rank, ERROR_CHARS))
         if rank.verdict != "clean":
             lines.append(rank_line(rank))
     for rank in ranks:
         for context in rank.cuda_contexts:
             if not context.get("own", True):
-                lines.append(
-                    f"rank {rank.rank} holds a CUDA context on GPU-{str(context['device'])[:8]} "
-                    f"({format_bytes(int(context.get('used', 0)))}), a device its own tensors are not on: it "
-                    "touched CUDA before torch.cuda.set_device(local_rank) (call that first in each rank)"
-                )
+                lines.append(foreign_context_line(rank.rank, context))
     clean = sorted(r.rank for r in current if r.verdict == "clean")
     if clean:
-        lines.append(f"{_ranks_word(clean)}: clean")
+        lines.append(clean_line(clean))
     top = above_median([(rank, _peak_bytes(rank)) for rank in current])
     if top is not None:
         rank, peak, median = top
@@ -239,16 +187,6 @@ def above_median(peaks: Sequence[tuple[K, float]]) -> tuple[K, float, float] | N
     return None
 
 
-def imbalance_line(what: str, peak_bytes: float, where: str, median_bytes: float, of: str = "") -> str:
-    """'imbalance: peak RAM 2.0 GiB on rank 2, median 1.0 GiB (+100%)'; `of` names what the median
-    is over where that is not the ranks ("of 2 nodes")."""
-    median = f"median{' ' + of if of else ''}"
-    return (
-        f"imbalance: peak {what} {format_bytes(peak_bytes)} on {where}, {median} {format_bytes(median_bytes)} "
-        f"(+{(peak_bytes / median_bytes - 1) * 100:.0f}%)"
-    )
-
-
 def job_ram(report: ReportData, ranks: Sequence[RankSummary]) -> RamSummary:
     """The RAM row of a watcher that made no steps itself: the job's processes (its process tree, the
     watcher's own process aside) from the first rank's start to the last rank's last message. Before
@@ -266,11 +204,6 @@ def job_ram(report: ReportData, ranks: Sequence[RankSummary]) -> RamSummary:
         return report.ram
     return replace(report.ram, start_bytes=int(job[0]), end_bytes=int(job[-1]), peak_bytes=int(max(job)),
                    per_step_bytes=None)
-
-
-def _of_rank(advice: str) -> str:
-    """A rank's advice speaks of "this kernel" (the single-process wording); here it is that rank."""
-    return advice.replace("this kernel", "this rank")
 
 
 def with_ranks(report: R, ranks: tuple[RankSummary, ...] | None) -> R:
@@ -297,7 +230,7 @@ def with_ranks(report: R, ranks: tuple[RankSummary, ...] | None) -> R:
         "worst_rank": worst.rank,
         "verdict": verdict,
         "suspects": tuple(suspects),
-        "advice": (*rank_lines(ranks), *(f"rank {worst.rank}: {_of_rank(a)}" for a in worst.advice[:3] if from_worst),
+        "advice": (*rank_lines(ranks), *(of_rank(worst.rank, a) for a in worst.advice[:3] if from_worst),
                    *(report.advice if own_counts else ())),
     }
     if from_worst:

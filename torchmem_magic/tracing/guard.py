@@ -17,15 +17,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core import resources
 from ..analysis.holder_trends import top_holder
 from ..core.slopes import robust_slope
 from ..core.step_requests import RaisedAtStep
-from ..core.units import format_bytes, format_duration, rate_unit
+from ..analysis.guard_rules import GuardTrip, Level, guard_trip, steps_to_next_check
+from ..render.advice.guard import guard_advice, guard_message, guard_status, holder_line, threshold_label
 
 if TYPE_CHECKING:
     from ..core.model import Suspect
@@ -37,14 +36,6 @@ if TYPE_CHECKING:
 RATE_WINDOW_S = 1.0
 RATE_MAX_ROWS = 64
 RECENT_ROWS = 3  # ... or over the last rows (two intervals), whichever is faster
-#: within this share of its limit below the threshold, a resource is checked at every step: a jump there
-#: (a batch of segments, a burst of allocations) could pass the threshold in one step
-NEAR_MARGIN = 0.05
-#: a rate is projected at most this many times as far ahead as the stretch it was measured over: two
-#: readings a few milliseconds apart while torch allocates at start-up say nothing of the next 10 s
-MAX_EXTRAPOLATION = 4.0
-
-
 class Watching(Protocol):
     """What the guard reads of the run it guards (the session's live view)."""
 
@@ -79,7 +70,6 @@ class MemoryGuardError(MemoryError, RaisedAtStep):
 
 #: the watched resources, the host's first, then the devices' (one level per device)
 _WATCHED = sorted((r for r in resources.RESOURCES if r.guard_name is not None), key=lambda r: r.kind == "device")
-_AT_LIMIT = {r.guard_name: r.stopped_before for r in _WATCHED}  # what happens at its limit
 _COLUMNS = {r.guard_name: r.column for r in _WATCHED}
 _DEVICES = next((r.guard_name for r in _WATCHED if r.kind == "device"), None)  # the devices' levels' prefix
 
@@ -250,7 +240,7 @@ class MemoryGuard:
         for level in [lv for lv in self.levels if lv not in vram] + vram[:1]:
             limit_bytes = sum(lv.limit_bytes for lv in vram) if level in vram else level.limit_bytes
             resource = (_DEVICES or "") if level in vram else level.resource
-            out.append((_COLUMNS[resource], self.share * limit_bytes, f"guard: {_percent(self.share)} of {resource} limit"))
+            out.append((_COLUMNS[resource], self.share * limit_bytes, threshold_label(self.share, resource)))
         return out
 
     def advice(self, ended_by: BaseException | None, clock: str, steps: int) -> tuple[str, ...]:
@@ -288,151 +278,8 @@ def _top_holder(run: Watching) -> str | None:
     top = top_holder(suspects)
     if top is None:
         return run.live_holder()
-    line = f"{top.name} {format_bytes(top.growth_per_step, signed=True)}/{rate_unit(run.clock)}, {top.kind}"
-    return f"{line} — fix: {top.fix}" if top.fix else line
+    return holder_line(top, run.clock)
 
 
-# ----------------------------------------------------------------------------- the decision (pure)
 
 
-@dataclass(frozen=True)
-class Level:
-    """One watched resource at one check."""
-
-    resource: str  # "RAM", "/dev/shm", "VRAM cuda:0"
-    used_bytes: float  # NaN: not read
-    limit_bytes: float
-    limit_source: str  # "cgroup v2", "system", "TORCHMEM_MAGIC_RAM_LIMIT", "its size", ...
-    per_s_bytes: float | None = None  # growth over the last second; None: unknown
-    per_step_bytes: float | None = None
-    rate_span_s: float | None = None  # the stretch of time the rate was measured over; None: unknown
-
-    @property
-    def share(self) -> float:
-        return self.used_bytes / self.limit_bytes
-
-    def seconds_to(self, share: float) -> float | None:
-        """Seconds until `share` of the limit at the current rate; None if not growing."""
-        if self.per_s_bytes is None or not self.per_s_bytes > 0:
-            return None
-        return max(0.0, (share * self.limit_bytes - self.used_bytes) / self.per_s_bytes)
-
-
-@dataclass(frozen=True)
-class GuardTrip:
-    """A resource at or over its threshold now (`projected` False), or within `horizon_s` at its rate."""
-
-    level: Level
-    share: float
-    projected: bool
-    horizon_s: float
-
-
-def _judged(levels: Sequence[Level]) -> list[Level]:
-    return [lv for lv in levels if lv.limit_bytes > 0 and math.isfinite(lv.limit_bytes) and not math.isnan(lv.used_bytes)]
-
-
-def guard_trip(levels: Sequence[Level], share: float, horizon_s: float) -> GuardTrip | None:
-    """The resource that trips the guard: one at `share` of its limit already (the fullest), else one
-    its rate takes there within `horizon_s` (the time until the guard can next stop the loop). A rate
-    of zero or less, or an unknown one, counts only what is used now; NaN readings are ignored."""
-    judged = _judged(levels)
-    over = [lv for lv in judged if lv.used_bytes >= share * lv.limit_bytes]
-    if over:
-        return GuardTrip(max(over, key=lambda lv: lv.share), share, False, 0.0)
-    if not horizon_s >= 0:
-        return None
-
-    def projected_share(level: Level) -> float:
-        ahead_s = horizon_s if level.rate_span_s is None else min(horizon_s, MAX_EXTRAPOLATION * level.rate_span_s)
-        return (level.used_bytes + (level.per_s_bytes or 0.0) * ahead_s) / level.limit_bytes
-
-    soon = [lv for lv in judged if lv.per_s_bytes is not None and lv.per_s_bytes > 0 and projected_share(lv) >= share]
-    if soon:
-        return GuardTrip(max(soon, key=projected_share), share, True, horizon_s)
-    return None
-
-
-def steps_to_next_check(levels: Sequence[Level], share: float, stride_steps: int) -> int:
-    """Steps that may pass before the guard next checks at a step: the sampling stride, fewer where a
-    resource's growth per step takes it to `share` of its limit sooner (its level at that check stays
-    under the threshold), one step once a resource is within NEAR_MARGIN of its limit below it."""
-    ahead = max(1, stride_steps)
-    for level in _judged(levels):
-        headroom_bytes = share * level.limit_bytes - level.used_bytes
-        if headroom_bytes <= NEAR_MARGIN * level.limit_bytes:
-            return 1
-        if level.per_step_bytes is not None and level.per_step_bytes > 0:
-            ahead = min(ahead, max(1, math.ceil(headroom_bytes / level.per_step_bytes) - 1))
-    return ahead
-
-
-def _percent(share: float) -> str:
-    return f"{share * 100:.3g}%"
-
-
-def _rates(level: Level, clock: str) -> str:
-    """'+5.0 MiB/step (+480.0 MiB/s)', '+2.0 MiB/s' or 'not growing'."""
-    if level.per_s_bytes is None or not level.per_s_bytes > 0:
-        return "not growing"
-    per_s = f"{format_bytes(level.per_s_bytes, signed=True)}/s"
-    if clock == "time" or level.per_step_bytes is None:
-        return per_s
-    return f"{format_bytes(level.per_step_bytes, signed=True)}/{rate_unit(clock)} ({per_s})"
-
-
-def guard_message(trip: GuardTrip, clock: str, holder: str | None) -> str:
-    """MemoryGuardError's text: the resource, its level, its rate, and the top holder so far."""
-    level, share = trip.level, trip.share
-    kind = level.resource.split(" ")[0]
-    where = (f"{level.resource} at {format_bytes(level.used_bytes)}, {_percent(level.share)} of its "
-             f"{format_bytes(level.limit_bytes)} limit ({level.limit_source})")
-    if trip.projected:
-        why = f"would pass {_percent(share)} within {trip.horizon_s:.2g} s at {_rates(level, clock)}"
-    else:
-        why = f"over the {_percent(share)} guard, growing {_rates(level, clock)}"
-    first = f"memwatch guard: {where} {why}; stopped before {_AT_LIMIT.get(kind, 'its limit')}"
-    second = f"top holder so far: {holder}" if holder else "top holder so far: none named yet (see the report's suspects)"
-    return f"{first}\n{second}"
-
-
-def guard_status(levels: Sequence[Level], share: float, tripped: bool = False, clock: str = "optimizer") -> str | None:
-    """The live status line's warning: 'guard: RAM 61% of 4.0 GiB, 90% in ~2 min at +5.0 MiB/s'. The
-    resource that reaches its threshold soonest at its rate, else the fullest; None before a reading."""
-    judged = _judged(levels)
-    if not judged:
-        return None
-    growing = [(lv.seconds_to(share), lv) for lv in judged if lv.seconds_to(share) is not None]
-    level = min(growing, key=lambda p: p[0] or 0.0)[1] if growing else max(judged, key=lambda lv: lv.share)
-    text = f"guard: {level.resource} {level.share * 100:.0f}% of {format_bytes(level.limit_bytes)}"
-    if tripped or level.used_bytes >= share * level.limit_bytes:
-        then = "no step clock to stop it at" if clock == "time" else "stopping at the next step"
-        return f"{text}, over {_percent(share)}: {then}"
-    seconds = level.seconds_to(share)
-    if seconds is not None and level.per_s_bytes is not None:
-        when = "within a second" if seconds < 1 else f"in ~{format_duration(seconds, rough=True)}"
-        text += f", {_percent(share)} {when} at {format_bytes(level.per_s_bytes, signed=True)}/s"
-    return text
-
-
-def guard_advice(
-    trip: GuardTrip | None, share: float, stopped_it: bool, raised: bool, clock: str, steps: int
-) -> tuple[str, ...]:
-    """The report's advice line: the guard stopped the run and why, or why it tripped but could not act."""
-    if trip is None:
-        return ()
-    level = trip.level
-    what = (f"{level.resource} {'would pass' if trip.projected else 'reached'} {_percent(share)} of its "
-            f"{format_bytes(level.limit_bytes)} limit ({level.limit_source}) at {format_bytes(level.used_bytes)}, "
-            f"growing {_rates(level, clock)}")
-    if stopped_it:
-        return (f"the memory guard stopped the run after {steps:,} step{'s' if steps != 1 else ''} with MemoryGuardError: "
-                f"{what}; the kernel and its variables are intact, so free what the top holder keeps (see the suspects) "
-                "before running again",)
-    if raised:
-        return (f"the memory guard raised MemoryGuardError ({what}) but the loop caught it and went on",)
-    if clock == "time":
-        return (f"the memory guard tripped ({what}) but could not stop the loop: it has no step clock (no optimizer "
-                "step, backward pass, DataLoader batch or nn.Module forward call ran), and the guard stops a loop only "
-                "between two steps",)
-    return (f"the memory guard tripped ({what}) after the last step: the run ended before it could stop it",)

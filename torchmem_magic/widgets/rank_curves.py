@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..report.merge import above_median, imbalance_line
+from ..render.advice.ranks import imbalance_line
+from ..report.merge import above_median
 from ..report.assemble import training_loader
 from ..core.resources import HEAP, RAM, VRAM
 from ..core.timeline import DecimatingSeries

@@ -2,9 +2,9 @@
 
 A rule finds something and says so as a `Note` (a key and its facts); it words nothing. Each key has its
 wording here, by subject (`verdict`, `holders`, `deaths`), so what users read can be reviewed, and
-changed, in one place, and a rule's test reads its facts, not its sentences. The fixes a holder gets,
-the guard's and the ranks' lines are worded here too (`fixes`, `guard`, `ranks`), called with their facts
-by the parts that find them.
+changed, in one place, and a rule's test reads its facts, not its sentences. The guard's words, the
+lines of a report of many ranks and the word on sources that failed are here too (`guard`, `ranks`,
+`sources`), called with their facts by the parts that find them.
 """
 
 from __future__ import annotations
