@@ -2,9 +2,10 @@
 
 A rule finds something and says so as a `Note` (a key and its facts); it words nothing. Each key has its
 wording here, by subject (`verdict`, `holders`, `deaths`), so what users read can be reviewed, and
-changed, in one place, and a rule's test reads its facts, not its sentences. The guard's words, the
-lines of a report of many ranks and the word on sources that failed are here too (`guard`, `ranks`,
-`sources`), called with their facts by the parts that find them.
+changed, in one place, and a rule's test reads its facts, not its sentences. The fix each holder gets,
+what a memcheck says, the guard's words, the lines of a report of many ranks and the word on sources that
+failed are here too (`fixes`, `memcheck`, `guard`, `ranks`, `sources`), called with their facts by the
+parts that find them.
 """
 
 from __future__ import annotations
