@@ -569,3 +569,22 @@ def test_the_rules_that_explain_growth_away_are_named_and_each_can_be_switched_o
         rule for rule in verdict.EXPLAINING_RULES if rule.__name__ != "_allocator_keeps_rss"))
     off = decide(series)
     assert (off.verdict, off.resource) == ("leak", "ram") and not any(line.startswith("RSS grows") for line in advice_lines(off.advice))
+
+
+def test_the_shapes_of_growth_are_named_rules_and_each_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jumps every 40th step are sporadic; with that one rule off, the same readings fall to the next rule
+    (a line through the jumps) and are a per-iteration leak; with every shape off they are clean."""
+    from torchmem_magic.analysis import verdict
+
+    assert [rule.__name__ for rule in verdict.SHAPE_RULES] == ["_per_epoch", "_sporadic", "_per_iteration"]
+    rng = random.Random(4)
+    values, level = [], BASE
+    for i in range(200):
+        if i and i % 40 == 0:
+            level += 50 * MIB
+        values.append(level + rng.gauss(0, 64 * 1024))
+    assert analyse(series(values)).leak_kind == "sporadic"
+    monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in verdict.SHAPE_RULES if r.__name__ != "_sporadic"))
+    assert (analyse(series(values)).verdict, analyse(series(values)).leak_kind) == ("leak", "per-iteration")
+    monkeypatch.setattr(verdict, "SHAPE_RULES", ())
+    assert analyse(series(values)).verdict == "clean"

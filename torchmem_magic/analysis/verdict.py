@@ -113,10 +113,85 @@ def _ran_out(series: Series, xs: Sequence[float], ys: Sequence[float]) -> Resour
     )
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """One resource's readings after its warm-up, with what the shape rules look at: the line's fit, the
+    jumps, the readings where an epoch began, the growth over them."""
+
+    series: Series
+    xs: Sequence[float]
+    ys: Sequence[float]
+    warmup: int
+    noise: float
+    fit: _LineFit
+    jumps: list[int]
+    boundary: set[int]  # readings that are the first of an epoch
+    released: float
+    epoch_steps: tuple[float, ...]  # the steps each epoch began at
+
+    @property
+    def net(self) -> float:
+        return self.ys[-1] - self.ys[0]
+
+    def finding(self, verdict: VerdictName, kind: str | None, slope: float | None = None,
+                sporadic: tuple[tuple[int, int], ...] = (), per_epoch: float | None = None) -> ResourceFinding:
+        """The finding at `slope` (the fit's by default), with when the resource runs out at that rate."""
+        slope = self.fit.slope if slope is None else slope
+        exhaustion = None
+        if verdict in ("leak", "suspect") and self.series.limit_bytes and slope > 0:
+            exhaustion = max(0.0, (self.series.limit_bytes - self.ys[-1]) / slope)
+        return ResourceFinding(
+            self.series.resource, verdict, kind, slope, self.fit.error, self.warmup, self.noise, self.fit.total,
+            sporadic, exhaustion, self.net, per_epoch, self.released,
+        )
+
+
+def _per_epoch(shape: _Shape) -> ResourceFinding | None:
+    """A staircase: the growth comes where epochs begin, flat within them."""
+    xs, ys, boundary, net = shape.xs, shape.ys, shape.boundary, shape.net
+    boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
+    staircase = net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net
+    if not (staircase and flat_within_epochs(xs, ys, boundary, net)):
+        return None
+    per_epoch, epoch_length = per_epoch_growth(xs, shape.epoch_steps, boundary, boundary_growth)
+    # spread over the epoch's steps, for the exhaustion
+    return shape.finding("leak", "per-epoch", slope=per_epoch / max(epoch_length, 1.0), per_epoch=per_epoch)
+
+
+def _sporadic(shape: _Shape) -> ResourceFinding | None:
+    """A few jumps, spread over the run, make the growth and nothing comes back (many up-jumps with as
+    many falls is noise or a sawtooth)."""
+    xs, ys, jumps, net = shape.xs, shape.ys, shape.jumps, shape.net
+    jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
+    sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps)
+    if not (sporadic_jumps and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES):
+        return None
+    # with thinned sampling a jump is only known to lie between two sampled steps; one that only the
+    # reading after the block shows (it repeats the last step) lies in the last step
+    ranges = tuple((min(int(xs[i - 1]) + 1, int(xs[i])), int(xs[i])) for i in jumps)
+    # one rise is a level change (a cache filled late, an epoch's end temporaries the allocator kept):
+    # only a rise that comes again is a leak
+    return shape.finding("leak" if len(jumps) >= 2 else "suspect", "sporadic", slope=net / (xs[-1] - xs[0]),
+                         sporadic=ranges)
+
+
+def _per_iteration(shape: _Shape) -> ResourceFinding | None:
+    """A line that rises with the steps, clear of the noise."""
+    if not shape.fit.shows_leak(Z_SUSPECT):
+        return None
+    return shape.finding("leak" if shape.fit.shows_leak(Z_LEAK) else "suspect", "per-iteration")
+
+
+#: the shapes of growth a resource is judged by, in order: the first that finds one gives the verdict
+#: (clean where none does); each can be read, tested and switched off alone
+SHAPE_RULES: tuple[Callable[[_Shape], ResourceFinding | None], ...] = (_per_epoch, _sporadic, _per_iteration)
+
+
 def analyse(
     series: Series, epoch_steps: Sequence[float] = (), max_points: int = 200, ends_after_block: bool = False
 ) -> ResourceFinding:
-    """The verdict for one resource (`max_points` bounds the Theil–Sen cost: ~n²/2 slopes).
+    """The verdict for one resource (`max_points` bounds the Theil–Sen cost: ~n²/2 slopes): ran out at its
+    limit, else the first of SHAPE_RULES that finds growth, else clean.
 
     `ends_after_block`: the last reading was taken after the block, so its interval also holds what ran
     after the last step."""
@@ -133,46 +208,13 @@ def analyse(
     if len(ys) < MIN_STEPS:
         return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0, released_bytes=released)
     changes = whole if whole is not None and warmup == 0 else changes_of(xs, ys)  # once, where nothing was cut
-    noise = changes.noise
-    fit = _fit_line(xs, ys, noise, max_points)
-    slope, error, total = fit.slope, fit.error, fit.total
-    jumps = list(changes.jumps)
-    jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
     boundary = crossing_epochs(xs, epoch_steps)
     if ends_after_block and not released and epoch_steps and closes_last_epoch(ys, boundary):
         boundary.add(len(ys) - 1)
-    boundary_growth = sum(ys[i] - ys[i - 1] for i in boundary)
-    net = ys[-1] - ys[0]
-
-    def finding(
-        verdict: VerdictName, kind: str | None, sporadic: tuple[tuple[int, int], ...] = (), per_epoch: float | None = None
-    ) -> ResourceFinding:
-        exhaustion = None
-        if verdict in ("leak", "suspect") and series.limit_bytes and slope > 0:
-            exhaustion = max(0.0, (series.limit_bytes - ys[-1]) / slope)
-        return ResourceFinding(
-            series.resource, verdict, kind, slope, error, warmup, noise, total, sporadic, exhaustion, net, per_epoch,
-            released,
-        )
-
-    staircase = net > MIN_TOTAL_BYTES and len(boundary) >= 2 and boundary_growth > 0.7 * net
-    if staircase and flat_within_epochs(xs, ys, boundary, net):
-        per_epoch, epoch_length = per_epoch_growth(xs, epoch_steps, boundary, boundary_growth)
-        slope = per_epoch / max(epoch_length, 1.0)  # spread over the epoch's steps, for the exhaustion
-        return finding("leak", "per-epoch", per_epoch=per_epoch)
-    # the jumps make the growth and nothing comes back: many up-jumps with as many falls is noise or sawtooth
-    sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps)
-    if sporadic_jumps and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES:
-        # with thinned sampling a jump is only known to lie between two sampled steps; one that only the
-        # reading after the block shows (it repeats the last step) lies in the last step
-        ranges = tuple((min(int(xs[i - 1]) + 1, int(xs[i])), int(xs[i])) for i in jumps)
-        slope = net / (xs[-1] - xs[0])
-        # one rise is a level change (a cache filled late, an epoch's end temporaries the allocator kept):
-        # only a rise that comes again is a leak
-        return finding("leak" if len(jumps) >= 2 else "suspect", "sporadic", ranges)
-    if fit.shows_leak(Z_SUSPECT):
-        return finding("leak" if fit.shows_leak(Z_LEAK) else "suspect", "per-iteration")
-    return finding("clean", None)
+    shape = _Shape(series, xs, ys, warmup, changes.noise, _fit_line(xs, ys, changes.noise, max_points),
+                   list(changes.jumps), boundary, released, tuple(epoch_steps))
+    found = (rule(shape) for rule in SHAPE_RULES)
+    return next((f for f in found if f is not None), None) or shape.finding("clean", None)
 
 
 #: the resources for which a reading at the limit means the run ran out of it

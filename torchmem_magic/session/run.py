@@ -1,13 +1,11 @@
 """One memwatch run: probes + sampler thread + torch hooks + leak finder, started and stopped as a unit.
 
 The session gathers; the report's assembly decides. Every front end (the cell magic, the script API, the
-command line, a rank's agent) builds its `SessionOptions` once and drives a `MemwatchSession`. The
-session owns its parts, each with its own state: the step clock (`StepCounter`), the leak finder, the
-probes, what runs at each step (`StepPath`) and at each reading (`BackgroundReadings`); those who watch the run go (listeners, the flight recorder, the guard) get a read-only
-`LiveView`. Stopping always removes hooks and joins the thread before anything else, so nothing is
-left behind after an exception or KeyboardInterrupt.
+command line, a rank's agent) builds its `SessionOptions` once and drives a `MemwatchSession`, which owns
+its parts: the step clock (`StepCounter`), the leak finder, the probes, what runs at each step (`StepPath`)
+and at each reading (`BackgroundReadings`); who watches the run go gets a read-only `LiveView`. Stopping
+removes hooks and joins the thread first, so nothing is left behind after an exception or Ctrl-C.
 """
-
 from __future__ import annotations
 
 import functools
@@ -185,13 +183,7 @@ class MemwatchSession:
             self.timeline.by_time.append(self.background.row())
             if self.recorder is not None:
                 self.recorder.start(self.view)
-            on_forked = self._forked_process_handler()
-            if self._adopt_hooks is not None:
-                self._hooks = self.step_path.hooks = self._adopt_hooks
-                self._hooks.adopt(self.tick, self.pass_started, on_forked)
-            elif options.train_hooks:
-                self._hooks = self.step_path.hooks = TrainingHooks(self.tick, self.pass_started, on_forked)
-                self._hooks.install()
+            self._install_hooks()
             listener = self.listener
             self._sampler = Sampler(
                 self.background.row, self.timeline.by_time, options.interval_s,
@@ -208,6 +200,16 @@ class MemwatchSession:
             despite_interrupts(self._close_sources, [])  # an interrupt during the start: no socket directory left
             raise
         return self
+
+    def _install_hooks(self) -> None:
+        """The step clocks' hooks: adopted from the session that forked this one, else installed."""
+        on_forked = self._forked_process_handler()
+        if self._adopt_hooks is not None:
+            self._hooks = self.step_path.hooks = self._adopt_hooks
+            self._hooks.adopt(self.tick, self.pass_started, on_forked)
+        elif self.options.train_hooks:
+            self._hooks = self.step_path.hooks = TrainingHooks(self.tick, self.pass_started, on_forked)
+            self._hooks.install()
 
     def _watch_ranks(self) -> None:
         """Ranks forked from this process, and those a launcher started in the block (torchrun, a spawned
