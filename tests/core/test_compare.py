@@ -93,3 +93,14 @@ def test_a_leak_in_shared_memory_is_compared_at_its_own_rate() -> None:
                           heap=None, vram=None, shm=shm, workers=None, verdict="leak", resource="shm")
     result = compare(shm_run(1.0), shm_run(2.0))
     assert result.changes[0].regressions == ("run's growth +1.0 MiB → +2.0 MiB/step (tolerance 20%)",)
+
+
+def test_every_resource_that_can_leak_is_held_to_the_peak_tolerance() -> None:
+    """/dev/shm filling further in the new run fails a peak tolerance although RAM's peak stayed put."""
+    def run(shm_mib: int) -> ReportData:
+        shm = ShmSummary(0, shm_mib * MIB, shm_mib * MIB, 2048 * MIB, "file_descriptor", None, "/dev/shm")
+        return ReportData(status="ok", wall_s=1.0, samples=10, interval_s=0.1, steps=100, epochs=0, ram=_ram(200),
+                          heap=None, vram=None, shm=shm, workers=None, verdict="clean")
+    assert compare(run(1024), run(1600)).regressed is False
+    assert compare(run(1024), run(1600), peak_tolerance=0.25).changes[0].regressions == (
+        "run's shm peak 1.0 GiB → 1.6 GiB (tolerance 25%)",)

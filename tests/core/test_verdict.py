@@ -53,13 +53,19 @@ def test_staircase_is_a_per_epoch_leak() -> None:
     assert both_loaders.per_step_bytes == pytest.approx(40 * MIB / 30, rel=0.15)
 
 
-def test_jumps_every_40th_step_are_sporadic_and_named() -> None:
+def _jumps_every_40th_step() -> list[float]:
+    """200 steps of a heap that jumps by 50 MiB every 40th step, flat between."""
     rng = random.Random(4)
     values, level = [], BASE
     for i in range(200):
         if i and i % 40 == 0:
             level += 50 * MIB
         values.append(level + rng.gauss(0, 64 * 1024))
+    return values
+
+
+def test_jumps_every_40th_step_are_sporadic_and_named() -> None:
+    values = _jumps_every_40th_step()
     f = analyse(series(values))
     assert (f.verdict, f.leak_kind) == ("leak", "sporadic")
     assert f.sporadic_steps == ((41, 41), (81, 81), (121, 121), (161, 161))
@@ -577,12 +583,7 @@ def test_the_shapes_of_growth_are_named_rules_and_each_can_be_switched_off(monke
     from torchmem_magic.analysis import verdict
 
     assert [rule.__name__ for rule in verdict.SHAPE_RULES] == ["_per_epoch", "_sporadic", "_per_iteration"]
-    rng = random.Random(4)
-    values, level = [], BASE
-    for i in range(200):
-        if i and i % 40 == 0:
-            level += 50 * MIB
-        values.append(level + rng.gauss(0, 64 * 1024))
+    values = _jumps_every_40th_step()
     assert analyse(series(values)).leak_kind == "sporadic"
     monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in verdict.SHAPE_RULES if r.__name__ != "_sporadic"))
     assert (analyse(series(values)).verdict, analyse(series(values)).leak_kind) == ("leak", "per-iteration")
