@@ -131,6 +131,24 @@ def hook_figures() -> Figures:
     return {"step hook, step not sampled": Measured(hook_us, vs_reference=ratio, detail=f"sum(range(50)) {reference_us:.2f} µs")}
 
 
+COUNT_FIGURES = {loop: (f"Python calls a step, {loop}", f"Python lines a step, {loop}")
+                 for loop in ("plain loop", "DataLoader loop")}
+
+
+def count_figures() -> Figures:
+    """memwatch's Python calls and lines a step on the training thread (counts: load does not move them)."""
+    import step_counts
+    import torch
+
+    torch.set_num_threads(1)
+    figures: Figures = {}
+    for loop, (calls, lines) in COUNT_FIGURES.items():
+        counted = step_counts.counts(loop)
+        figures[calls] = Measured(counted["calls"], detail=f"over {step_counts.COUNTED_STEPS:,} settled steps")
+        figures[lines] = Measured(counted["lines"], detail=counted["where"].split(", ")[0])
+    return figures
+
+
 INSTRUCTION_FIGURES = ("instructions: a step's memwatch path, nothing due", "instructions: optimizer tick, not sampled",
                        "instructions: optimizer tick, sampled", "instructions: sampler reading")
 
@@ -163,6 +181,7 @@ MEASURERS: dict[str, Callable[[], Figures]] = {
     "overhead": overhead_figures,
     "scan": scan_figures,
     "instructions": instruction_figures,
+    "counts": count_figures,
 }
 
 
