@@ -131,6 +131,28 @@ def hook_figures() -> Figures:
     return {"step hook, step not sampled": Measured(hook_us, vs_reference=ratio, detail=f"sum(range(50)) {reference_us:.2f} µs")}
 
 
+SAMPLER_SECONDS = 10.0  # each part of bench/sampler_cost.py (`make bench`: the same)
+
+
+def sampler_figures() -> Figures:
+    """The sampler thread's CPU, the scans' share of the run's, and the GIL wait a reading makes."""
+    import sampler_cost
+    import torch
+
+    torch.set_num_threads(1)
+    shares = sampler_cost.cpu_shares(SAMPLER_SECONDS)
+    waits = sampler_cost.gil_wait(SAMPLER_SECONDS)
+    readings = f"{shares['readings']:.0f} readings in {SAMPLER_SECONDS:g} s"
+    return {
+        "sampler thread's CPU, default interval": Measured(shares["sampler_core_pct"], detail=readings),
+        "leak finder scans' share of a run's CPU, default interval": Measured(
+            shares["scans_run_pct"], detail="the tiny loop's namespace: its step function, model, optimizer, batch"),
+        "training thread's wait for the GIL, a reading": Measured(
+            waits["wait_per_reading_us"],
+            detail=f"stalls {waits['stalled_bare_ms']:.1f} ms bare, {waits['stalled_watched_ms']:.1f} ms watched"),
+    }
+
+
 COUNT_FIGURES = {loop: (f"Python calls a step, {loop}", f"Python lines a step, {loop}")
                  for loop in ("plain loop", "DataLoader loop")}
 
@@ -182,6 +204,7 @@ MEASURERS: dict[str, Callable[[], Figures]] = {
     "scan": scan_figures,
     "instructions": instruction_figures,
     "counts": count_figures,
+    "sampler": sampler_figures,
 }
 
 

@@ -16,6 +16,7 @@ Run: python bench/step_counts.py
 
 from __future__ import annotations
 
+import gc
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -120,6 +121,9 @@ def counts(loop: str, settle_steps: int = SETTLE_STEPS, counted_steps: int = COU
                 step()
         finally:
             sys.settrace(None)
+    batches.close()  # the DataLoader's workers end here: later benchmarks in this process read no children
+    del batches, step
+    gc.collect()
     top = sorted(counter.by_function.items(), key=lambda item: -item[1][1])[:8]
     where = ", ".join(f"{name} {lines / counted_steps:.1f}" for name, (_, lines) in top)
     return {"calls": counter.calls / counted_steps, "lines": counter.lines / counted_steps, "where": where}
