@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -85,7 +85,7 @@ class _Counter:
         return self._local
 
 
-def _batches(loop: str) -> Iterator[torch.Tensor]:
+def _batches(loop: str) -> Generator[torch.Tensor, None, None]:
     if loop == "plain loop":
         batch = torch.randn(8, 16)
         while True:
@@ -122,7 +122,6 @@ def counts(loop: str, settle_steps: int = SETTLE_STEPS, counted_steps: int = COU
         finally:
             sys.settrace(None)
     batches.close()  # the DataLoader's workers end here: later benchmarks in this process read no children
-    del batches, step
     gc.collect()
     top = sorted(counter.by_function.items(), key=lambda item: -item[1][1])[:8]
     where = ", ".join(f"{name} {lines / counted_steps:.1f}" for name, (_, lines) in top)
