@@ -128,8 +128,7 @@ def by_key(key: str, table: tuple[Resource, ...] | None = None) -> Resource:
 
 def report_rows() -> tuple[Resource, ...]:
     """The resources that have a row in the report's table, in its order."""
-    table = RESOURCES
-    return tuple(sorted((r for r in table if r.report_row is not None), key=lambda r: r.report_row or 0))
+    return tuple(sorted((r for r in RESOURCES if r.report_row is not None), key=lambda r: r.report_row or 0))
 
 
 def headline_rows() -> tuple[Resource, ...]:

@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
-from ..core.model import RankSummary
+from ..core.model import RankSummary, headline_peak
 from ..core.resources import HEAP, RAM, VRAM
 from ..core.timeline import DecimatingSeries
 from .job import PUBLISH_PERIOD_S, JobStore, Published, decode_deaths, decode_summary, encode_death, remote_status
@@ -58,9 +58,9 @@ def _history_row(summary: RankSummary, now_s: float) -> dict[str, float]:
 
 
 def _peak_of(summary: RankSummary) -> tuple[float, str]:
-    if summary.vram is not None and summary.vram.allocated_peak_bytes:
-        return float(summary.vram.allocated_peak_bytes), "VRAM"
-    return float(summary.ram.peak_bytes), "RAM"
+    """The peak the rank is ranked by, and its resource's short name ("VRAM", "RAM")."""
+    row, peak_bytes = headline_peak(summary)
+    return peak_bytes, row.short
 
 
 class RemoteRanks:

@@ -30,8 +30,7 @@ class RunFigures:
     """What one rank (or the single process) of a saved run says, as compared."""
 
     label: str  # "rank 1", or "run" for a single process
-    peak_bytes: float
-    peak_of: str  # the short name of the peak shown: a device's ("VRAM") where the run used one, else "RAM"
+    peak_bytes: float  # the peak it is ranked by: a device's where the run used one, else RAM's
     rate_bytes: float | None  # the verdict's growth per step, where it leaks or is suspect
     clock: str
     verdict: str
@@ -75,12 +74,11 @@ def _peaks(part: ReportData | RankSummary) -> tuple[tuple[Resource, float], ...]
 
 def _figures(label: str, part: ReportData | RankSummary) -> RunFigures:
     peaks = _peaks(part)
-    main = headline_peak(part)
     rate = None
     if part.verdict in BAD_VERDICTS:
         rate = part.per_step_bytes if isinstance(part, RankSummary) else leak_rate(part, part.resource)
     return RunFigures(
-        label=label, peak_bytes=main[1], peak_of=main[0].short, rate_bytes=rate, clock=part.clock,
+        label=label, peak_bytes=headline_peak(part)[1], rate_bytes=rate, clock=part.clock,
         verdict=part.verdict, holders=_holders(part.suspects), peaks=tuple((row.short, peak) for row, peak in peaks),
     )
 
