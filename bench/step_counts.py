@@ -2,16 +2,23 @@
 
 Counted with `sys.settrace` on the training thread over `COUNTED_STEPS` steps, once the step clock has
 settled (`SETTLE_STEPS` steps after the session began, the dense start and the first scans among them):
-a call is a frame of the package's own code, a line a line event in one; what memwatch does between two
-steps is counted where it runs (scans on the training thread, sampled steps, the requests), so the
-figures are amortised. Counts, not times: a busy machine gives the same figures, so `make bench-check`
-can hold them tightly. The sampler thread's own work is not on the training thread and not counted here.
+a call is a frame of the package's own code, a line a line event in one. Two parts are told apart:
+
+* the step path: the hooks, and what runs at the steps something is due at (a sampled step, a scan's clock
+  reading, a request), amortised over all the steps;
+* the leak finder's scans, which run between two steps on the same thread: their count depends on time
+  (each waits a quarter of the run so far, within 1 % of it), so they weigh more early in a run than later.
+
+Counts, not times: a busy machine gives nearly the same figures (only when a scan comes depends on time), so
+`make bench-check` can hold them tightly. The sampler thread's own work is not on the training thread and
+not counted here.
 
 Two loops, as the docs' benchmarks run them: a plain loop (16-16-1 MLP, batch 8, SGD) and a DataLoader
 loop over the same model (2 worker processes, a Python-bound dataset). The session is the default one:
-the leak finder and the flight recorder on.
+the leak finder and the flight recorder on; the finder's roots hold the loop's step function (its model,
+optimizer and batches).
 
-Run: python bench/step_counts.py
+Run: python bench/step_counts.py [--long]   (--long: also a window 20,000 steps into the run)
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 import torchmem_magic
 from torchmem_magic import MemwatchSession
 from torchmem_magic.core.options import SessionOptions
+from torchmem_magic.finder.holder_tracking import HolderTracker
 from torchmem_magic.finder.leak_finder import LeakSearch
 from torchmem_magic.finder.scan.results import Root
 from torchmem_magic.flight.recorder import FlightRecorder
@@ -37,7 +45,10 @@ from torchmem_magic.flight.recorder import FlightRecorder
 PACKAGE_DIR = str(Path(torchmem_magic.__file__).resolve().parent)
 SETTLE_STEPS = 1000
 COUNTED_STEPS = 2000
+LONG_SETTLE_STEPS = LONG_COUNTED_STEPS = 20_000
 LOOPS = ("plain loop", "DataLoader loop")
+PARTS = ("step path", "scans")
+_SCAN = HolderTracker.scan.__code__
 
 
 class _Numbers(Dataset[torch.Tensor]):
@@ -51,13 +62,14 @@ class _Numbers(Dataset[torch.Tensor]):
 
 
 class _Counter:
-    """Calls and lines of the package's own frames on the thread it is set on."""
+    """Calls and lines of the package's own frames on the thread it is set on, by part (see the docstring)."""
 
     def __init__(self) -> None:
-        self.calls = 0
-        self.lines = 0
+        self.calls = dict.fromkeys(PARTS, 0)
+        self.lines = dict.fromkeys(PARTS, 0)
+        self.scan_depth = 0
         self.ours: dict[Any, bool] = {}  # code object -> whether it is the package's
-        self.by_function: dict[str, list[int]] = {}  # "module.function" -> [calls, lines]
+        self.by_function: dict[str, list[int]] = {}  # "module.function" -> [calls, lines], the step path's
 
     def _is_ours(self, frame: FrameType) -> bool:
         code = frame.f_code
@@ -69,7 +81,12 @@ class _Counter:
     def trace(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
         if event != "call" or not self._is_ours(frame):
             return None  # no local tracing of the user's or torch's frames
-        self.calls += 1
+        if frame.f_code is _SCAN:
+            self.scan_depth += 1
+        if self.scan_depth:
+            self.calls["scans"] += 1
+            return self._local_in_scan
+        self.calls["step path"] += 1
         self._of(frame)[0] += 1
         return self._local
 
@@ -80,9 +97,16 @@ class _Counter:
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
         if event == "line":
-            self.lines += 1
+            self.lines["step path"] += 1
             self._of(frame)[1] += 1
         return self._local
+
+    def _local_in_scan(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
+        if event == "line":
+            self.lines["scans"] += 1
+        elif event == "return" and frame.f_code is _SCAN:
+            self.scan_depth -= 1
+        return self._local_in_scan
 
 
 def _batches(loop: str) -> Generator[torch.Tensor, None, None]:
@@ -96,8 +120,9 @@ def _batches(loop: str) -> Generator[torch.Tensor, None, None]:
 
 
 def counts(loop: str, settle_steps: int = SETTLE_STEPS, counted_steps: int = COUNTED_STEPS) -> dict[str, Any]:
-    """Calls and lines of memwatch a step on `loop`, averaged over `counted_steps` settled steps, and
-    where the lines are (the functions with the most, lines a step each)."""
+    """Calls and lines of memwatch a step on `loop`, averaged over `counted_steps` settled steps: of the
+    step path ("calls", "lines"), of the scans ("scan calls", "scan lines"), and where the step path's lines
+    are (the functions with the most, lines a step each)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -125,16 +150,24 @@ def counts(loop: str, settle_steps: int = SETTLE_STEPS, counted_steps: int = COU
     gc.collect()
     top = sorted(counter.by_function.items(), key=lambda item: -item[1][1])[:8]
     where = ", ".join(f"{name} {lines / counted_steps:.1f}" for name, (_, lines) in top)
-    return {"calls": counter.calls / counted_steps, "lines": counter.lines / counted_steps, "where": where}
+    return {
+        "calls": counter.calls["step path"] / counted_steps, "lines": counter.lines["step path"] / counted_steps,
+        "scan calls": counter.calls["scans"] / counted_steps, "scan lines": counter.lines["scans"] / counted_steps,
+        "where": where,
+    }
 
 
 def main() -> None:
     torch.set_num_threads(1)
-    print("| loop | calls a step | lines a step | where (lines a step) |")
-    print("|---|---|---|---|")
-    for loop in LOOPS:
-        figures = counts(loop)
-        print(f"| {loop} | {figures['calls']:.2f} | {figures['lines']:.1f} | {figures['where']} |")
+    windows = [(SETTLE_STEPS, COUNTED_STEPS)] + ([(LONG_SETTLE_STEPS, LONG_COUNTED_STEPS)] if "--long" in sys.argv else [])
+    print("| loop | steps counted | step path: calls a step | lines a step | scans: calls a step | lines a step "
+          "| where the step path's lines are (lines a step) |")
+    print("|---|---|---|---|---|---|---|")
+    for settle, counted in windows:
+        for loop in LOOPS:
+            f = counts(loop, settle, counted)
+            print(f"| {loop} | {settle + 1:,}–{settle + counted:,} | {f['calls']:.2f} | {f['lines']:.1f} "
+                  f"| {f['scan calls']:.2f} | {f['scan lines']:.1f} | {f['where']} |")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ from collections import deque
 from collections.abc import Callable
 
 
+def _nothing() -> None:
+    pass
+
+
 class StopTraining(KeyboardInterrupt):
     """Raised at an optimizer-step boundary when the user asked to stop (the Stop button).
 
@@ -33,6 +37,8 @@ class StepRequests:
         #: whether `run` has something to do: a plain attribute, read at every step (a property and the
         #: Event's own method would be two Python calls there); set after what it announces is in place
         self.pending = False
+        #: opens the step gate once something is asked: the loop's next step runs it
+        self.wake: Callable[[], None] = _nothing
 
     def start(self) -> None:
         self.open = True
@@ -44,15 +50,18 @@ class StepRequests:
     def request(self, action: Callable[[], None]) -> None:
         self._actions.append(action)
         self.pending = True
+        self.wake()
 
     def request_stop(self) -> None:
         self._stop.set()
         self.pending = True
+        self.wake()
 
     def raise_at_step(self, exc: BaseException) -> None:
         """Raise `exc` in the training thread at the next step (after any queued actions)."""
         self._raise = exc
         self.pending = True
+        self.wake()
 
     def run(self, step: int) -> None:
         """Run what was asked; an action's failure goes to `on_error`, never into the loop. The flag is

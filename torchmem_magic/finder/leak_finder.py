@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
-from .scan_schedule import FULL_SCAN_EVERY
+from .scan_schedule import FULL_SCAN_EVERY, NEVER
 from ..analysis.holders import HolderSearch
 from ..analysis.holder_trends import MIN_GROWTH_BYTES, at_its_last_level, first_named_step, holder_trend, with_trends
 from ..render.advice.holders import live_holder_line
@@ -101,6 +101,10 @@ def _never(step: int) -> bool:
     return False
 
 
+def _nothing() -> None:
+    pass
+
+
 class LeakFinder:
     """One run's scans (see the module's docstring); `memo` carries names' scans from run to run."""
 
@@ -118,6 +122,8 @@ class LeakFinder:
         #: whether a scan is due at a step: the tracker's own check once started (the session calls it at
         #: every step, so it is the tracker's bound method itself, not a method of ours in between)
         self.scan_due: Callable[[int], bool] = _never
+        #: opens the step gate: a scan asked for from another thread comes at the next step
+        self.wake_steps: Callable[[], None] = _nothing
         self._final_series: HolderSeries = {}
         self.first_named_step: int | None = None  # when the live status line first named a holder
         self.on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
@@ -186,6 +192,16 @@ class LeakFinder:
         if self._tracker is not None:
             self._tracker.restart()
 
+    def wake_if_scan_due(self) -> None:
+        """Sampler thread: a scan whose time has come is looked at by the loop's next step."""
+        if self._tracker is not None and self._tracker.schedule.due_by_time():
+            self.wake_steps()
+
+    @property
+    def next_check_step(self) -> int:
+        """No scan can be due before this step (the steps before it need not ask)."""
+        return self._tracker.schedule.next_check_step if self._tracker is not None else NEVER
+
     def want_search(self, grown_bytes: float) -> None:
         """The live verdict sees `grown_bytes` of growth that no holder's scans show: search back from the
         live tensors once, at the next scan, for holders no name reaches; the scans measure them from then
@@ -200,6 +216,7 @@ class LeakFinder:
         self._searches += 1
         self._next_search_s = math.inf  # until this one has run
         tracker.want_search(functools.partial(self._found_now, grown_bytes))
+        self.wake_steps()
 
     def _a_holder_grows(self, tracker: HolderTracker) -> bool:
         """Whether some holder's scans show it growing; judged again only after a new scan (asked every

@@ -17,12 +17,11 @@ STEP_PACED_SCANS = 6
 FULL_SCAN_EVERY = 5
 #: `due_at` reads the clock only now and then: the steps between two readings span at most half the time
 #: left to wait (at the step period the last two readings measured) and at most this share of the whole
-#: wait, and never more than MAX_UNCHECKED_STEPS. Reading at most every 1/250 of a wait keeps a minute
-#: of 0.2 ms steps to a reading every ~40 steps; what it costs is how late a scan can be when the steps
-#: suddenly turn slower (see `due_at`)
-UNCHECKED_SHARE_OF_WAIT = 0.004
+#: wait, and never more than MAX_UNCHECKED_STEPS. A wait is read some ten times; when the steps suddenly
+#: turn slower, the sampler thread's reading (`due_by_time`) bounds how late its scan comes (see `due_at`)
+UNCHECKED_SHARE_OF_WAIT = 0.25
 MAX_UNCHECKED_STEPS = 1024
-_NEVER = 1 << 62  # a step no loop reaches
+NEVER = 1 << 62  # a step no loop reaches
 
 
 class ScanSchedule:
@@ -61,12 +60,12 @@ class ScanSchedule:
         self._started_s: float | None = None  # the first step: setup before the loop does not count
         self._next_scan_s = 0.0
         self._budget_ready_s = 0.0  # when the scans so far are back within the budget
-        self._next_scan_step = 0  # a step-paced scan is due at this step, time gaps aside (_NEVER: no more)
+        self._next_scan_step = 0  # a step-paced scan is due at this step, time gaps aside (NEVER: no more)
         self._paced_from = 0  # the scan count when the current step clock began
         self._check_at_step = 0  # `due` reads the clock at this step next; before it, nothing can be due
         self._wait_from_s = 0.0  # when the current wait began (the last scan's end, or the first step)
-        self._read_s = 0.0  # the last clock reading and its step (_NEVER: none to measure from)
-        self._read_at_step = _NEVER
+        self._read_s = 0.0  # the last clock reading and its step (NEVER: none to measure from)
+        self._read_at_step = NEVER
         self._step_period_s = float("inf")  # measured between the last two readings (inf: not known)
         self._unnumbered_steps = 0  # the calls of `due` without a step
         self._allowance_left_cpu_s = start_allowance_s
@@ -89,8 +88,9 @@ class ScanSchedule:
         time-paced ones (and a step-paced one waiting for the budget) while the steps take less than
         twice the period the last two readings measured: the next reading is at most half the time
         left away. Steps that suddenly turn k times slower make a scan late by at most
-        k x UNCHECKED_SHARE_OF_WAIT of its wait (tenfold: 4%; a hundredfold: 40%) and by at most
-        MAX_UNCHECKED_STEPS steps; the next reading measures the new period. At a reading, each
+        k x UNCHECKED_SHARE_OF_WAIT of its wait and by at most MAX_UNCHECKED_STEPS steps, and where the
+        sampler thread asks `due_by_time`, by at most its interval and a step; the next reading measures
+        the new period. At a reading, each
         attribute is read once and min/max are spelled as comparisons (a builtin's call costs more
         than the arithmetic)."""
         if step < self._check_at_step:
@@ -102,7 +102,7 @@ class ScanSchedule:
         if step > read_at_step:
             self._step_period_s = (now - self._read_s) / (step - read_at_step)
         self._read_s, self._read_at_step = now, step
-        next_scan_step = self._next_scan_step if numbered else _NEVER
+        next_scan_step = self._next_scan_step if numbered else NEVER
         wake_s = self._budget_ready_s if step >= next_scan_step else self._next_scan_s
         if now >= wake_s:
             self._check_at_step = 0  # read again at the next step, should no scan follow
@@ -122,6 +122,24 @@ class ScanSchedule:
             next_check = next_scan_step
         self._check_at_step = next_check
         return False
+
+    def due_by_time(self) -> bool:
+        """Whether the time the next scan waits for has come (the sampler thread asks at its readings):
+        then the next step reads the clock. Steps that turned much slower since the last reading would
+        otherwise leave the scan to the reading they were counted to, a wait's share later or more."""
+        check_at_step = self._check_at_step
+        if self._started_s is None or check_at_step == 0 or check_at_step == NEVER:
+            return False
+        wake_s = self._budget_ready_s if self._next_scan_step != NEVER else self._next_scan_s
+        if self.clock() < wake_s:
+            return False
+        self._check_at_step = 0
+        return True
+
+    @property
+    def next_check_step(self) -> int:
+        """Before this step nothing can be due: steps before it need not ask (NEVER: no more scans)."""
+        return self._check_at_step
 
     def soon(self) -> None:
         """A scan is wanted as soon as the budget allows (any thread may ask)."""
@@ -149,15 +167,16 @@ class ScanSchedule:
         gap_s = max(self._min_gap_s, GAP_SHARE_OF_RUN * (now - loop_started_s))
         self._budget_ready_s = loop_started_s + self._charged_s / self._budget_share
         self._next_scan_s = max(now + gap_s, self._budget_ready_s)
-        self._next_scan_step = 2 * max(step, 1) if scans - self._paced_from < STEP_PACED_SCANS else _NEVER
+        self._next_scan_step = 2 * max(step, 1) if scans - self._paced_from < STEP_PACED_SCANS else NEVER
         # the next step reads the clock and measures the step period from here: the scan is no step's time
         self._read_s = self._wait_from_s = now
-        self._check_at_step = 0 if scans < MAX_SCANS else _NEVER
+        self._check_at_step = 0 if scans < MAX_SCANS else NEVER
         return wall_s
 
     def restart(self, scans: int) -> None:
         """A better step clock replaced the current one (after `scans` scans): the step-paced scans begin again."""
         self._next_scan_step, self._paced_from = 0, scans
-        # its step 1 reads the clock (the old clock's last reading was at a later step: no period is
-        # measured across the two)
-        self._check_at_step = 0 if scans < MAX_SCANS else _NEVER
+        # its steps 1 and 2 read the clock: the new clock's period is measured between them (the old
+        # clock's last reading was at a later step: none is measured across the two)
+        self._check_at_step = 0 if scans < MAX_SCANS else NEVER
+        self._step_period_s = float("inf")

@@ -35,7 +35,7 @@ class ProbeBundle:
             self.heap = HeapProbe()
             self.shm = ShmProbe(shm_path)
             self.accelerator = AcceleratorProbe(devices)
-            self._background = ProbeReader([self.tree, self.heap, self.accelerator, self.shm])
+            self._background = ProbeReader([self.tree, HeapProbe(release_gil=True), self.accelerator, self.shm])
             self._per_step = ProbeReader([self.tree.kernel, self.heap, self.accelerator])
             self.limit: MemoryLimit = memory_limit()
             self.devices_at_start: tuple[DeviceMemory, ...] = tuple(self.accelerator.details())

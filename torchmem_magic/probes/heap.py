@@ -21,17 +21,22 @@ class _Mallinfo2(ctypes.Structure):
 
 
 class HeapProbe:
-    """Bytes the C heap really has in use (glibc `mallinfo2`: uordblks + hblkhd, ~1 µs).
+    """Bytes the C heap really has in use (glibc `mallinfo2`: uordblks + hblkhd).
 
     RSS includes freed-but-not-returned pages; heap in use tracks what is really retained.
     `available` is False (with `unavailable_reason`) on musl/macOS, old glibc, or when
     another allocator is preloaded (its memory is invisible to glibc's counters).
+
+    `mallinfo2` walks the heap's free lists: a few µs on a fresh heap, 0.3 to 1 ms on one a torch loop has
+    churned. On the training thread it is called keeping the GIL (the thread holds it anyway, and a
+    release would hand it to the sampler thread mid-step). With `release_gil` (the sampler thread) the GIL
+    is let go meanwhile: kept, the training thread would wait the whole walk at every reading.
     """
 
     name: str = "heap"
     columns: tuple[str, ...] = (HEAP.column,)
 
-    def __init__(self) -> None:
+    def __init__(self, release_gil: bool = False) -> None:
         self._mallinfo2: Any = None
         self.unavailable_reason: str | None = None
         preload = os.environ.get("LD_PRELOAD", "")
@@ -41,9 +46,7 @@ class HeapProbe:
             self.unavailable_reason = f"another allocator is preloaded ({preload})"
         else:
             try:
-                # through PyDLL, which keeps the GIL: a call that let go of it would hand the GIL to the
-                # training thread and then wait up to a switch interval (5 ms) to take it back
-                fn = ctypes.PyDLL(None).mallinfo2
+                fn = (ctypes.CDLL if release_gil else ctypes.PyDLL)(None).mallinfo2
                 fn.restype, fn.argtypes = _Mallinfo2, []
                 self._mallinfo2 = fn
             except (OSError, AttributeError):

@@ -1,6 +1,7 @@
 """What runs on the sampler thread at each reading: every probe read in full (children found, PSS at their
-slow rates), the step rows the training thread queued filed, what the ranks sent, the flight record and
-the guard's check of the reading; and the live listener's tick."""
+slow rates), the step rows the training thread queued filed, what the ranks sent, the flight record, the
+guard's check of the reading and a scan whose time has come announced to the loop's next step; and the
+live listener's tick."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..tracing.steps import RunTime, StepCounter
 from .live_view import Listener, LiveView
 
 if TYPE_CHECKING:
+    from ..finder.leak_finder import LeakFinder
     from ..flight.recorder import FlightRecorder
     from ..ranks.feed import RankFeeds
     from ..tracing.guard import MemoryGuard
@@ -35,6 +37,7 @@ class BackgroundReadings:
     recorder: FlightRecorder | None = None
     guard: MemoryGuard | None = None
     listener: Listener | None = None
+    finder: LeakFinder | None = None
 
     def row(self) -> dict[str, float]:
         """The full reading, incl. children discovery and PSS at their slow rates."""
@@ -51,6 +54,8 @@ class BackgroundReadings:
                 stop = self.guard.check(row, self.view)
                 if stop is not None:
                     self.requests.raise_at_step(stop)
+            if self.finder is not None:
+                self.finder.wake_if_scan_due()
         return row
 
     def on_tick(self) -> float | None:

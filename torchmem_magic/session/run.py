@@ -175,7 +175,7 @@ class MemwatchSession:
             self.step_path.probes, self.step_path.guard, self.step_path.view = probes, self.guard, view
             self.background = BackgroundReadings(
                 self.step_counter, self.timeline, self.runtime, probes, self.requests, view, self._cpu_clock,
-                self.ranks, self.recorder, self.guard, self.listener,
+                self.ranks, self.recorder, self.guard, self.listener, self.finder,
             )
             self.runtime.start()
             if self.ranks is not None:
@@ -205,10 +205,10 @@ class MemwatchSession:
         """The step clocks' hooks: adopted from the session that forked this one, else installed."""
         on_forked = self._forked_process_handler()
         if self._adopt_hooks is not None:
-            self._hooks = self.step_path.hooks = self._adopt_hooks
+            self._hooks = self.step_path.attach(self._adopt_hooks)
             self._hooks.adopt(self.tick, self.pass_started, on_forked)
         elif self.options.train_hooks:
-            self._hooks = self.step_path.hooks = TrainingHooks(self.tick, self.pass_started, on_forked)
+            self._hooks = self.step_path.attach(TrainingHooks(self.tick, self.pass_started, on_forked))
             self._hooks.install()
 
     def _watch_ranks(self) -> None:

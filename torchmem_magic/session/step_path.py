@@ -1,6 +1,7 @@
-"""What runs at each step of the user's loop, on the thread that made it: the step counted on its clock,
-the requests and the leak finder's scans due between two steps, and a sampled step's reading with the
-guard's check of it. It must stay cheap: a step with nothing due reads nothing."""
+"""What runs at a step of the user's loop, on the thread that made it: the step counted on its clock, the
+requests and the leak finder's scans due between two steps, and a sampled step's reading with the guard's
+check of it. Only the steps something is due at come here: the chosen clock's hook counts the others on
+the step gate, which `tick` arms with the next due step."""
 
 from __future__ import annotations
 
@@ -33,23 +34,33 @@ class StepPath:
         self.guard: MemoryGuard | None = None
         self.view: LiveView | None = None
         self.hooks: TrainingHooks | None = None
+        requests.wake = steps.gate.wake
+        if finder is not None:
+            finder.wake_steps = steps.gate.wake
+
+    def attach(self, hooks: TrainingHooks) -> TrainingHooks:
+        """The hooks whose steps come here: they count the steps nothing is due at on this run's gate."""
+        hooks.use_gate(self.steps.gate)
+        hooks.on_loader = self.steps.carried_by
+        self.hooks = hooks
+        return hooks
 
     def tick(self, clock: StepClock) -> None:
-        """A step of any clock, on the thread that made it (also one a rank made before it adopted the
-        hooks): must stay cheap. Requests (clicks, the guard's stop) and the leak finder's scans run
-        here, between two steps; a sampled step reads only the ~1 µs counters and queues its row (with a
-        guard, /dev/shm too, for its check); a step not sampled reads nothing."""
+        """A step of any clock that reached the gate's due step, on the thread that made it (also one a
+        rank made before it adopted the hooks). Requests (clicks, the guard's stop) and the leak finder's
+        scans run here, between two steps; a sampled step reads only the ~1 µs counters and queues its row
+        (with a guard, /dev/shm too, for its check). Then the gate waits for the next due step."""
         __tracebackhide__ = True
         steps = self.steps
-        if clock in steps.lesser:  # e.g. the backward pass of a loop with an optimizer: counted, no more
-            steps.counts[clock] += 1
+        if clock in steps.lesser:  # a lesser clock whose hook is still in place: counted, no more
+            steps.count(clock)
             return
         generation = steps.generation
-        step = steps.count(clock, self.hooks.current_loader if self.hooks is not None else None)
+        step = steps.count(clock)
         if step is None:
             return
         if steps.generation != generation:
-            self._clock_replaced()
+            self._clock_replaced(clock)
         if self.requests.pending:
             self.requests.run(step)
         finder = self.finder
@@ -57,6 +68,24 @@ class StepPath:
             finder.scan(step)
         if step >= steps.sampling.next_sampled_step:
             self._sample_step(step)
+        self._arm_gate()
+
+    def _due_step(self) -> int:
+        """The next step something is due at: a sample, a scan's clock reading, a request (the next step)."""
+        due = self.steps.sampling.next_sampled_step
+        finder = self.finder
+        if finder is not None and finder.next_check_step < due:
+            due = finder.next_check_step
+        return 0 if self.requests.pending else due
+
+    def _arm_gate(self) -> None:
+        """The gate waits for the next due step. What another thread asks while it is armed opens it
+        after its own state is in place, so reading the due step again after arming cannot miss it."""
+        gate = self.steps.gate
+        gate.due_step = due = self._due_step()
+        again = self._due_step()
+        if again < due:
+            gate.due_step = again
 
     def _sample_step(self, step: int) -> None:
         """A sampled step: its step-aligned row, and the guard's check of it, which may raise its
@@ -79,8 +108,11 @@ class StepPath:
             if self.requests.pending:  # this check's error, or the sampler's that came since the step began
                 self.requests.run(step)
 
-    def _clock_replaced(self) -> None:
-        """A better clock: the holders' and the guard's steps so far meant something else."""
+    def _clock_replaced(self, clock: StepClock) -> None:
+        """A better clock: the hooks of the lesser ones go; the holders' and the guard's steps so far meant
+        something else."""
+        if self.hooks is not None:
+            self.hooks.settle(clock)
         if self.finder is not None:
             self.finder.restart()
         if self.guard is not None:

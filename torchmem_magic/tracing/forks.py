@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import weakref
+
+from ..core.step_gate import StepGate
 
 
 class ThisProcess:
@@ -14,6 +17,8 @@ class ThisProcess:
     def __init__(self) -> None:
         self.pid = -1  # unknown until the first hooks are installed
         self._registered = False
+        #: the step gates the hooks read: opened in a child, whose next step must see that it is a child
+        self._gates: weakref.WeakSet[StepGate] = weakref.WeakSet()
 
     def watch_forks(self) -> int:
         """This process's id from now on kept current in `pid` (also in children forked later)."""
@@ -25,8 +30,15 @@ class ThisProcess:
         self.pid = os.getpid()
         return self.pid
 
+    def open_in_children(self, gate: StepGate) -> None:
+        """`gate` is opened in every process forked from now on (its steps go to the hooks' slow path,
+        which hands them to the child's own watcher)."""
+        self._gates.add(gate)
+
     def _forked(self) -> None:
         self.pid = os.getpid()
+        for gate in list(self._gates):
+            gate.wake()
 
 
 this_process = ThisProcess()

@@ -22,6 +22,9 @@ process, and a `torch.compile` called during the run removes them before it comp
 A class-level wrap of `DataLoader.__iter__` marks each pass of a loader (an epoch, once the session
 knows which loader carries the steps) and reports the worker processes.
 
+Once the session has chosen its clock, only its hook and the better clocks' stay (see `settle`). The
+chosen clock's hook reads the session's `StepGate`: a step with nothing due is counted there, no call.
+
 The hooks live in torch's global tables and classes, so a process forked while they are installed
 has them too: a step there is handed to `on_foreign_process` (which may watch that process as a
 rank and `adopt` the hooks), never counted as the watcher's own.
@@ -36,31 +39,25 @@ process for each internal), and installs the rest; every other clock and every c
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ..analysis.forensics import parse_worker_death
 from ..probes.base import ErrorCount
+from ..core.step_gate import GatedClock, StepGate
 from ..core.step_requests import RaisedAtStep
 from .dynamo import compiling_check, dynamo_has_compiled, never_compiling
 from .forks import this_process
+from .loader_passes import LoaderPass, LoaderTable, pass_length, pass_workers
+from .patches import WRAPPER_MARK, Patch
 
-StepClock = Literal["optimizer", "backward", "batch", "forward"]
-WRAPPER_MARK = "__torchmem_magic_wrapper__"
-
-
-@dataclass(frozen=True)
-class LoaderPass:
-    """A new iterator over a DataLoader: one pass of it (an epoch when it is the training loader)."""
-
-    loader: int  # the loader's number in this run (1, 2, ...): train and validation loaders differ
-    workers: list[tuple[int, Any]]  # (pid, multiprocessing.Process) of its worker processes
-    batches: int | None  # batches in the pass (None for iterable datasets without a length)
+StepClock = GatedClock
+#: the clocks that rank above DataLoader batches: under them a batch is not a step
+_ABOVE_BATCHES = frozenset({"optimizer", "backward"})
+__all__ = ["WRAPPER_MARK", "LoaderPass", "StepClock", "TrainingHooks", "installed_hook_count"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,6 @@ class MissingInternal:
 
 
 _announced: set[str] = set()  # the internals already said missing in this process
-
 
 #: `torch.compiler.is_compiling` once hooks were installed (no torch import before): a module global, so
 #: a traced hook's guard on it holds from one watched cell to the next
@@ -96,45 +92,16 @@ def announce_missing(missing: list[MissingInternal]) -> None:
     )
 
 
-def _length(iterator: Any) -> int | None:
-    try:
-        return int(len(iterator))
-    except Exception:
-        return None
-
-
-def _workers(iterator: Any) -> list[tuple[int, Any]]:
-    """(pid, multiprocessing.Process) of a multi-process iterator's workers (its Process object keeps
-    the exit code once multiprocessing has reaped the worker)."""
-    workers = []
-    for worker in getattr(iterator, "_workers", None) or ():
-        pid = getattr(worker, "pid", None)
-        if isinstance(pid, int):
-            workers.append((pid, worker))
-    return workers
-
-
-class _Patch:
-    """One attribute replaced by a wrapper, put back on removal. If someone wrapped our wrapper
-    meanwhile, theirs stays and ours turns inert (the wrapper checks `TrainingHooks.active`)."""
-
-    def __init__(self, owner: Any, name: str, make_wrapper: Callable[[Any], Callable[..., Any]]) -> None:
-        self.owner, self.name = owner, name
-        self.original = owner.__dict__[name]
-        self.wrapper = functools.wraps(self.original)(make_wrapper(self.original))
-        setattr(self.wrapper, WRAPPER_MARK, True)
-        setattr(owner, name, self.wrapper)
-
-    def remove(self) -> None:
-        if self.owner.__dict__.get(self.name) is self.wrapper:
-            setattr(self.owner, self.name, self.original)
+def _ignore_loader(loader: int | None) -> None:
+    pass
 
 
 class TrainingHooks:
     """Installs the clock and epoch hooks; `remove()` (or leaving the `with`) restores everything.
 
     Args:
-        on_tick: called after each step of any clock, on the thread that made it.
+        on_tick: called after each step of any clock, on the thread that made it; once a session's gate
+            (`use_gate`) has chosen a clock, only its steps that reach the gate's due step.
         on_pass: called when a DataLoader pass starts.
         on_foreign_process: called with (these hooks, the clock or None for a loader pass) when they
             fire in a process forked from the one that installed them.
@@ -149,18 +116,26 @@ class TrainingHooks:
         self._on_tick = on_tick
         self._on_pass = on_pass
         self.on_foreign_process = on_foreign_process
+        #: the loader whose batches carry the steps changed (None: none); the session credits steps to it
+        self.on_loader: Callable[[int | None], None] = _ignore_loader
         self.pid = this_process.watch_forks()  # the process whose steps these hooks count
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []
-        self._patches: list[_Patch] = []
-        self._loader_numbers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._iterator_loaders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._patches: dict[str, Patch] = {}  # by what they count: "backward", "iter", "next", "compile"
+        self._settled_away: set[str] = set()  # the patches `settle` took out (a forked rank puts them back)
+        self.loaders = LoaderTable()
         self._forward_state = threading.local()  # the outermost module whose forward runs, per thread
         self._backward_depth = 0  # backward passes running now (a reentrant checkpoint nests them)
-        self.current_loader: int | None = None  # the loader whose iterator gave the last batch
+        self.current_loader: int | None = None  # the loader whose batches carry the steps now
+        self.gate = StepGate()  # no clock chosen: every step goes to `on_tick`
         self.active = False
         self.errors = ErrorCount("step/epoch hooks")
         self.missing: list[MissingInternal] = []  # what this torch lacks, found by install()
+
+    def use_gate(self, gate: StepGate) -> None:
+        """Count the chosen clock's steps on `gate` (a session's); a process forked later opens it."""
+        this_process.open_in_children(gate)
+        self.gate = gate
 
     def absorb_error(self, exc: Exception) -> None:
         """Count a failure of our own callback, so it never breaks the user's loop. Except a worker
@@ -172,12 +147,13 @@ class TrainingHooks:
         self.errors.record(exc)
 
     def _tick(self, clock: StepClock) -> None:
-        """A step of `clock`: to this process's session, or to a forked process's watcher. The optimizer
-        and backward hooks inline this body (they fire at every step of every loop: each Python frame
-        less is ~0.1 µs of a step that may take 200 µs)."""
+        """A step of `clock` past the gate: to this process's session, or to a forked process's watcher.
+        A backward pass or an optimizer step shows a better clock than forward calls: their hooks go."""
         __tracebackhide__ = True  # IPython hides this frame: what a step raises on purpose points at the user's line
         if not self.active:
             return
+        if self._forward_handles and clock in _ABOVE_BATCHES:
+            self._remove_forward_hooks()
         try:
             if self.pid != this_process.pid:
                 self._foreign(clock)
@@ -200,11 +176,15 @@ class TrainingHooks:
         on_pass: Callable[[LoaderPass], None],
         on_foreign_process: Callable[[TrainingHooks, StepClock | None], None] | None,
     ) -> None:
-        """In a forked process: count this process's steps for its own session from now on."""
+        """In a forked process: count this process's steps for its own session from now on (every clock
+        again: the watcher's settled clock is not this process's)."""
         self._on_tick, self._on_pass, self.on_foreign_process = on_tick, on_pass, on_foreign_process
         self.pid = this_process.watch_forks()
         self._forward_state = threading.local()
         self._backward_depth = 0
+        for key in self._settled_away:
+            self._hook_or_note("", "", {"backward": self._patch_backward, "next": self._patch_next}[key])
+        self._settled_away = set()
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
@@ -220,17 +200,13 @@ class TrainingHooks:
             self._hook_or_note(
                 "torch.optim.optimizer.register_optimizer_step_post_hook", "optimizer steps", self._install_optimizer_hook
             )
-            self._hook_or_note(
-                "torch.autograd._engine_run_backward", "backward passes",
-                lambda: self._patch("torch.autograd", "_engine_run_backward", self._wrap_backward),
-            )
+            self._hook_or_note("torch.autograd._engine_run_backward", "backward passes", self._patch_backward)
             self._hook_or_note(
                 "torch.utils.data.DataLoader.__iter__", "DataLoader passes (epochs) and workers",
-                lambda: self._patch("torch.utils.data", "DataLoader", self._wrap_iter, attr="__iter__"),
+                lambda: self._patch("iter", "torch.utils.data", "DataLoader", self._wrap_iter, attr="__iter__"),
             )
             self._hook_or_note(
-                "torch.utils.data.dataloader._BaseDataLoaderIter.__next__", "DataLoader batches",
-                lambda: self._patch("torch.utils.data.dataloader", "_BaseDataLoaderIter", self._wrap_next, attr="__next__"),
+                "torch.utils.data.dataloader._BaseDataLoaderIter.__next__", "DataLoader batches", self._patch_next
             )
             if not dynamo_has_compiled():
                 self._hook_or_note(
@@ -239,18 +215,19 @@ class TrainingHooks:
                 )
             if self._forward_handles and callable(vars(sys.modules["torch"]).get("compile")):
                 # a model compiled in the run must never be traced beside them
-                self._patch("torch", "compile", self._wrap_compile)
+                self._patch("compile", "torch", "compile", self._wrap_compile)
         except BaseException:
             self.remove()
             raise
         announce_missing(self.missing)
 
     def _hook_or_note(self, name: str, uncounted: str, install: Callable[[], None]) -> None:
-        """Run one hook's install; a torch without the internal it needs is noted, not an error."""
+        """Run one hook's install; a torch without the internal it needs is noted (where named), not an error."""
         try:
             install()
         except (ImportError, AttributeError, KeyError, TypeError, NameError):
-            self.missing.append(MissingInternal(name, uncounted))
+            if name:
+                self.missing.append(MissingInternal(name, uncounted))
 
     def _install_optimizer_hook(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -258,15 +235,30 @@ class TrainingHooks:
         self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
 
     def _patch(
-        self, module: str, name: str, make_wrapper: Callable[[Any], Callable[..., Any]], attr: str | None = None
+        self, key: str, module: str, name: str, make_wrapper: Callable[[Any], Callable[..., Any]], attr: str | None = None
     ) -> None:
-        """Wrap `module.name` (or the class `module.name`'s own `attr`)."""
+        """Wrap `module.name` (or the class `module.name`'s own `attr`), unless already wrapped."""
         import importlib
 
+        if key in self._patches:
+            return
         owner = importlib.import_module(module)
         if attr is not None:
             owner, name = getattr(owner, name), attr
-        self._patches.append(_Patch(owner, name, make_wrapper))
+        self._patches[key] = Patch(owner, name, make_wrapper)
+
+    def _patch_backward(self) -> None:
+        self._patch("backward", "torch.autograd", "_engine_run_backward", self._wrap_backward)
+
+    def _patch_next(self) -> None:
+        self._patch("next", "torch.utils.data.dataloader", "_BaseDataLoaderIter", self._wrap_next, attr="__next__")
+
+    def _unpatch(self, key: str) -> None:
+        """Put the original back (a wrap someone wrapped meanwhile stays, and keeps counting)."""
+        patch = self._patches.get(key)
+        if patch is not None and patch.remove():
+            del self._patches[key]
+            self._settled_away.add(key)
 
     def _install_forward_hooks(self) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
@@ -284,15 +276,27 @@ class TrainingHooks:
             handle.remove()
         self._forward_handles = []
 
+    def settle(self, clock: StepClock) -> None:
+        """The session's step clock is `clock` now: the hooks of the clocks below it go (a lesser clock never
+        replaces it), its own and the better clocks' stay. Batches stay hooked while two loaders' passes
+        interleave: only a batch then tells which loader carries the steps."""
+        if clock != "forward":
+            self._remove_forward_hooks()
+        if clock in _ABOVE_BATCHES and not self.loaders.interleaved:
+            self._unpatch("next")
+        if clock == "optimizer":
+            self._unpatch("backward")
+
     def remove(self) -> None:
         """Idempotent; restores every patched attribute and removes every hook."""
         self.active = False
+        self.gate = StepGate()  # a wrap someone else keeps calling goes to `_tick`, which sees it inert
         self._remove_forward_hooks()
         for handle in self._handles:
             handle.remove()
-        for patch in reversed(self._patches):
+        for patch in reversed(list(self._patches.values())):
             patch.remove()
-        self._handles, self._patches = [], []
+        self._handles, self._patches = [], {}
 
     def __enter__(self) -> TrainingHooks:
         self.install()
@@ -303,24 +307,20 @@ class TrainingHooks:
 
     # ------------------------------------------------------------------ the clocks
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """torch's global optimizer post-hook: `_tick("optimizer")`, inlined."""
-        __tracebackhide__ = True
-        if _is_compiling() or not self.active:
+        """torch's global optimizer post-hook: a step before the gate's due step is counted there."""
+        if _is_compiling():
             return
-        if self._forward_handles:
-            self._remove_forward_hooks()
-        try:
-            if self.pid != this_process.pid:
-                self._foreign("optimizer")
-                return
-            self._on_tick("optimizer")
-        except Exception as exc:
-            self.absorb_error(exc)
+        gate = self.gate
+        if gate.clock == "optimizer" and gate.step + 1 < gate.due_step:
+            gate.step += 1
+            return
+        __tracebackhide__ = True
+        self._tick("optimizer")
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def run_backward(*args: Any, **kwargs: Any) -> Any:
-            """The engine's backward, then `_tick("backward")`, inlined. A backward run inside another
-            (a reentrant checkpoint's re-run forward and backward) is part of that one: not a step."""
+            """The engine's backward, then the step on the gate or `_tick("backward")`. A backward run inside
+            another (a reentrant checkpoint's re-run forward and backward) is part of that one: not a step."""
             __tracebackhide__ = True
             if _is_compiling():
                 return original(*args, **kwargs)
@@ -329,16 +329,12 @@ class TrainingHooks:
                 result = original(*args, **kwargs)
             finally:
                 self._backward_depth -= 1
-            if self.active and not self._backward_depth:
-                if self._forward_handles:
-                    self._remove_forward_hooks()
-                try:
-                    if self.pid != this_process.pid:
-                        self._foreign("backward")
-                    else:
-                        self._on_tick("backward")
-                except Exception as exc:
-                    self.absorb_error(exc)
+            if not self._backward_depth:
+                gate = self.gate
+                if gate.clock == "backward" and gate.step + 1 < gate.due_step:
+                    gate.step += 1
+                else:
+                    self._tick("backward")
             return result
 
         return run_backward
@@ -359,7 +355,11 @@ class TrainingHooks:
         local = self._forward_state
         if getattr(local, "outermost", None) is module:
             local.outermost = None
-            self._tick("forward")
+            gate = self.gate
+            if gate.clock == "forward" and gate.step + 1 < gate.due_step:
+                gate.step += 1
+            else:
+                self._tick("forward")
 
     def _wrap_compile(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def compile(*args: Any, **kwargs: Any) -> Any:
@@ -380,21 +380,45 @@ class TrainingHooks:
                     self.absorb_error(exc)
             if self.active and self.pid == this_process.pid:
                 try:
-                    number = self._loader_numbers.setdefault(loader, len(self._loader_numbers) + 1)
-                    self._iterator_loaders[iterator] = number
-                    self._on_pass(LoaderPass(number, _workers(iterator), _length(iterator)))
+                    self._pass_began(loader, iterator)
                 except Exception as exc:
                     self.absorb_error(exc)
             return iterator
 
         return __iter__
 
+    def _pass_began(self, loader: Any, iterator: Any) -> None:
+        """A pass of `loader` began. While passes run one after the other its loader gives the batches
+        from now on; once two interleave, each batch says which loader gave it (`__next__` wrapped again)."""
+        loaders = self.loaders
+        interleaved = loaders.interleaved
+        number = loaders.begin(loader, iterator)
+        if not loaders.interleaved:
+            self._carried_by(number)
+        elif not interleaved:
+            self._hook_or_note("", "", self._patch_next)
+        self._on_pass(LoaderPass(number, pass_workers(iterator), pass_length(iterator)))
+
+    def _carried_by(self, loader: int | None) -> None:
+        """The steps are made on `loader`'s batches from now on."""
+        if loader != self.current_loader:
+            self.current_loader = loader
+            self.on_loader(loader)
+
     def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def __next__(iterator: Any) -> Any:
+            """The batch, then (unless a better clock is chosen) the step on the gate or `_tick("batch")`."""
             __tracebackhide__ = True
             batch = original(iterator)
-            if self.active:
-                self.current_loader = self._iterator_loaders.get(iterator)
+            if self.loaders.interleaved and self.active:
+                try:
+                    self._carried_by(self.loaders.iterator_loaders.get(iterator))
+                except Exception as exc:
+                    self.absorb_error(exc)
+            gate = self.gate
+            if gate.clock == "batch" and gate.step + 1 < gate.due_step:
+                gate.step += 1
+            elif gate.clock not in _ABOVE_BATCHES:
                 self._tick("batch")
             return batch
 
