@@ -166,3 +166,35 @@ def test_a_process_forked_with_the_gate_armed_hands_its_next_step_to_its_watcher
         os.waitpid(pid, 0)
     assert seen_in_child == ["backward", "optimizer"]  # the optimizer step too, though this gate had none due
     assert gate.step == 1 and "optimizer" not in ticks  # this process's step was counted on the gate alone
+
+
+def test_a_reading_takes_the_heap_figure_of_a_step_sample_filed_with_it_instead_of_walking_the_heap() -> None:
+    """mallinfo2 walks the heap's free lists (up to ms on a churned heap): a step sample already did."""
+    from torchmem_magic.core.resources import HEAP
+
+    model, optimizer = _model()
+    x = torch.randn(8, 4)
+    with MemwatchSession(SessionOptions()) as session:
+        for _ in range(10):
+            _step(model, optimizer, x)
+        probes, background = session.probes, session.background
+        assert probes is not None and background is not None
+        heap = probes._background_heap
+        if not heap.available:
+            pytest.skip("no glibc heap counters here")
+        walks: list[int] = []
+        walk = heap._mallinfo2
+
+        def counted() -> Any:
+            walks.append(1)
+            return walk()
+
+        heap._mallinfo2 = counted
+        background.row()  # files what is queued; from here on, one step sample at a time
+        walks.clear()
+        session.step_counter.sampling.sample_next()
+        _step(model, optimizer, x)
+        queued = session.step_counter._rows[-1][1]
+        assert background.row()[HEAP.column] == queued[HEAP.column] and walks == []
+        background.row()  # no step sample since: a walk of its own
+        assert walks == [1]

@@ -6,6 +6,7 @@ discovery and PSS at their slow rates included; the step reading (training threa
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..core import resources
@@ -22,7 +23,8 @@ NAN = math.nan
 #: columns a step reading copies from the last background reading (too slow to read at every step)
 SLOW_COLUMNS = tuple(r.column for r in resources.RESOURCES if r.slow)
 #: the columns the readings fill by hand, looked up once (a step reading runs at every sampled step)
-_RAM, _RSS, _WORKER_COUNT = resources.RAM.column, resources.RSS.column, resources.WORKER_COUNT.column
+_RAM, _RSS, _HEAP = resources.RAM.column, resources.RSS.column, resources.HEAP.column
+_WORKER_COUNT = resources.WORKER_COUNT.column
 
 
 class ProbeBundle:
@@ -35,7 +37,8 @@ class ProbeBundle:
             self.heap = HeapProbe()
             self.shm = ShmProbe(shm_path)
             self.accelerator = AcceleratorProbe(devices)
-            self._background = ProbeReader([self.tree, HeapProbe(release_gil=True), self.accelerator, self.shm])
+            self._background_heap = HeapProbe(release_gil=True)
+            self._background = ProbeReader([self.tree, self._background_heap, self.accelerator, self.shm])
             self._per_step = ProbeReader([self.tree.kernel, self.heap, self.accelerator])
             self.limit: MemoryLimit = memory_limit()
             self.devices_at_start: tuple[DeviceMemory, ...] = tuple(self.accelerator.details())
@@ -55,6 +58,10 @@ class ProbeBundle:
         if not math.isnan(workers):
             self.max_workers = max(self.max_workers, int(workers))
         return row
+
+    def offer_heap(self, row: Mapping[str, float]) -> None:
+        """A step row filed since the last background reading: its heap figure serves that reading."""
+        self._background_heap.offer(row[_HEAP])
 
     def step_row(self) -> Reading:
         """The fast counters now, the slow columns as last read; RAM is the kernel's RSS plus children."""

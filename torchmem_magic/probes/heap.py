@@ -27,10 +27,12 @@ class HeapProbe:
     `available` is False (with `unavailable_reason`) on musl/macOS, old glibc, or when
     another allocator is preloaded (its memory is invisible to glibc's counters).
 
-    `mallinfo2` walks the heap's free lists: a few µs on a fresh heap, 0.3 to 1 ms on one a torch loop has
+    `mallinfo2` walks the heap's free lists: a few µs on a fresh heap, 0.3 to 2 ms on one a torch loop has
     churned. On the training thread it is called keeping the GIL (the thread holds it anyway, and a
     release would hand it to the sampler thread mid-step). With `release_gil` (the sampler thread) the GIL
-    is let go meanwhile: kept, the training thread would wait the whole walk at every reading.
+    is let go meanwhile: kept, the training thread would wait the whole walk at every reading. And a figure
+    `offer`ed since the last read (a step sample's, taken on the training thread) is taken instead of a
+    walk of its own: in a loop whose steps are sampled between two readings, the sampler never walks.
     """
 
     name: str = "heap"
@@ -38,6 +40,7 @@ class HeapProbe:
 
     def __init__(self, release_gil: bool = False) -> None:
         self._mallinfo2: Any = None
+        self._offered: float | None = None
         self.unavailable_reason: str | None = None
         preload = os.environ.get("LD_PRELOAD", "")
         if not sys.platform.startswith("linux"):
@@ -63,8 +66,13 @@ class HeapProbe:
         info = self._mallinfo2()
         return float(info.uordblks + info.hblkhd)
 
+    def offer(self, heap_bytes: float) -> None:
+        """A figure read since the last read, for the next read to take."""
+        self._offered = heap_bytes
+
     def read(self) -> Reading:
-        return {HEAP.column: self.heap_bytes()}
+        offered, self._offered = self._offered, None
+        return {HEAP.column: self.heap_bytes() if offered is None else offered}
 
     def close(self) -> None:
         pass

@@ -40,8 +40,11 @@ class BackgroundReadings:
     finder: LeakFinder | None = None
 
     def row(self) -> dict[str, float]:
-        """The full reading, incl. children discovery and PSS at their slow rates."""
-        self.steps.file_rows(self.timeline, self.cpu_clock)
+        """The full reading, incl. children discovery and PSS at their slow rates; the heap figure of a
+        step sample filed now, where there is one (no second walk of the heap so soon)."""
+        filed = self.steps.file_rows(self.timeline, self.cpu_clock)
+        if filed is not None:
+            self.probes.offer_heap(filed)
         if self.ranks is not None:
             self.ranks.poll()
         running = not self.runtime.ended

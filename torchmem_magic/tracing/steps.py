@@ -135,10 +135,11 @@ class StepCounter:
         self.samples_cpu_s += cost_s
         self.sampling.sampled(step, started_s, cost_s)
 
-    def file_rows(self, timeline: Timeline, cpu_clock: Callable[[], float]) -> None:
-        """Sampler thread: file the queued rows; what that costs counts against the step budget. Rows
-        of a clock that a better one replaced are dropped, and so are the series' rows."""
-        rows, count = self._rows, 0
+    def file_rows(self, timeline: Timeline, cpu_clock: Callable[[], float]) -> Row | None:
+        """Sampler thread: file the queued rows (the last one filed is returned); what that costs counts
+        against the step budget. Rows of a clock that a better one replaced are dropped, and so are the
+        series' rows."""
+        rows, count, last = self._rows, 0, None
         started = cpu_clock()
         while rows:
             generation, row = rows.popleft()
@@ -148,8 +149,9 @@ class StepCounter:
                 self._filed_generation = generation
                 timeline.restart_steps()
             timeline.by_step.append(row)
-            count += 1
+            count, last = count + 1, row
         self.sampling.filed(count, cpu_clock() - started)
+        return last
 
     def pass_started(self, timeline: Timeline, t_s: float, loader: int, batches: int | None, workers: int) -> None:
         """A loader pass (an epoch when it is the training loader's) began."""
