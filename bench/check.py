@@ -43,18 +43,22 @@ def _quartiles_text(low: float, high: float, unit: str) -> str:
 
 
 def overhead_figures() -> Figures:
-    """The tiny MLP's A-B-A overhead at 100 ms and 10 ms, and memwatch's own CPU share."""
+    """The A-B-A overhead at 100 ms and 10 ms, process CPU per step (and the tiny MLP's wall time too), and
+    memwatch's own CPU share, on the tiny MLP and the DataLoader loop."""
     import overhead
 
-    tiny = overhead.WORKLOADS[0]
     configs = {"100 ms (default)": "memwatch 100 ms (default)", "10 ms": "memwatch 10 ms"}
-    rows = {row["config"]: row for row in overhead.run(OVERHEAD_ROUNDS, workloads=(tiny,), configs=tuple(configs.values()))}
     figures: Figures = {}
-    for label, config in configs.items():
-        row = rows[config]
-        low, high = row["overhead_iqr_pct"]
-        figures[f"overhead, tiny MLP, {label}"] = Measured(row["overhead_pct"], detail=_quartiles_text(low, high, " %"))
-        figures[f"own CPU, tiny MLP, {label}"] = Measured(row["own_cpu_pct"])
+    for workload, short in ((overhead.TINY, "tiny MLP"), (overhead.LOADER, "DataLoader loop")):
+        rows = {row["config"]: row for row in overhead.run(OVERHEAD_ROUNDS, workloads=(workload,), configs=tuple(configs.values()))}
+        for label, config in configs.items():
+            row = rows[config]
+            low, high = row["cpu_overhead_iqr_pct"]
+            figures[f"CPU overhead, {short}, {label}"] = Measured(row["cpu_overhead_pct"], detail=_quartiles_text(low, high, " %"))
+            if workload == overhead.TINY:
+                low, high = row["overhead_iqr_pct"]
+                figures[f"overhead, tiny MLP, {label}"] = Measured(row["overhead_pct"], detail=_quartiles_text(low, high, " %"))
+            figures[f"own CPU, {short}, {label}"] = Measured(row["own_cpu_pct"])
     return figures
 
 
@@ -153,7 +157,7 @@ def sampler_figures() -> Figures:
     }
 
 
-COUNT_FIGURES = {loop: (f"Python calls a step, {loop}", f"Python lines a step, {loop}")
+COUNT_FIGURES = {loop: (f"Python calls a step, {loop}", f"Python lines a step, {loop}", f"scans' Python lines a step, {loop}")
                  for loop in ("plain loop", "DataLoader loop")}
 
 
@@ -164,10 +168,11 @@ def count_figures() -> Figures:
 
     torch.set_num_threads(1)
     figures: Figures = {}
-    for loop, (calls, lines) in COUNT_FIGURES.items():
+    for loop, (calls, lines, scan_lines) in COUNT_FIGURES.items():
         counted = step_counts.counts(loop)
         figures[calls] = Measured(counted["calls"], detail=f"over {step_counts.COUNTED_STEPS:,} settled steps")
         figures[lines] = Measured(counted["lines"], detail=counted["where"].split(", ")[0])
+        figures[scan_lines] = Measured(counted["scan lines"], detail=f"{counted['scan calls']:.2f} calls a step")
     return figures
 
 

@@ -258,7 +258,7 @@ def nothing_due(session: Any) -> None:
     sampling, tracker = session.step_counter.sampling, session.finder._tracker
     sampling.stride = sampling.next_sampled_step = 10**9
     tracker.schedule._next_scan_s = tracker.schedule._budget_ready_s = float("inf")
-    tracker.schedule._next_scan_step = tracker.schedule._check_at_step = 10**9  # no clock reading either (a wait without end: one in 1,024 steps)
+    tracker.schedule._next_scan_step = tracker.schedule.check_at_step = 10**9  # no clock reading either (a wait without end: one in 1,024 steps)
 
 
 def session_facts(context: Any) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def test_the_sampler_opens_the_gate_when_a_scans_time_has_come() -> None:
         finder, gate, background = session.finder, session.step_counter.gate, session.background
         assert finder is not None and background is not None and finder._tracker is not None
         schedule = finder._tracker.schedule
-        schedule._check_at_step = gate.due_step = gate.step + 10_000  # a countdown far off, as slow steps leave it
+        schedule.check_at_step = gate.due_step = gate.step + 10_000  # a countdown far off, as slow steps leave it
         schedule._next_scan_s = schedule._budget_ready_s = 0.0  # and the scan's time has come
         scans = finder.scans
         background.row()  # the sampler's reading

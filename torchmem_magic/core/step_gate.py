@@ -14,13 +14,17 @@ class StepGate:
     """The chosen clock (None: none yet, every step goes to the session), its steps so far, and the step at
     which the session wants the next one (0: the next step, whichever it is)."""
 
-    __slots__ = ("clock", "step", "due_step", "__weakref__")
+    __slots__ = ("clock", "step", "due_step", "wakes", "__weakref__")
 
     def __init__(self) -> None:
         self.clock: GatedClock | None = None
         self.step = 0
         self.due_step = 0
+        #: how many times it was opened: the session reads it before it works out the next due step and
+        #: opens the gate again if it moved meanwhile (a wake between the two would be lost otherwise)
+        self.wakes = 0
 
     def wake(self) -> None:
-        """The next step goes to the session (any thread may ask)."""
+        """The next step goes to the session (any thread may ask, once what it asks for is in place)."""
+        self.wakes += 1
         self.due_step = 0

@@ -200,7 +200,7 @@ class LeakFinder:
     @property
     def next_check_step(self) -> int:
         """No scan can be due before this step (the steps before it need not ask)."""
-        return self._tracker.schedule.next_check_step if self._tracker is not None else NEVER
+        return self._tracker.schedule.check_at_step if self._tracker is not None else NEVER
 
     def want_search(self, grown_bytes: float) -> None:
         """The live verdict sees `grown_bytes` of growth that no holder's scans show: search back from the

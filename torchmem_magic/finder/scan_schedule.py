@@ -62,7 +62,9 @@ class ScanSchedule:
         self._budget_ready_s = 0.0  # when the scans so far are back within the budget
         self._next_scan_step = 0  # a step-paced scan is due at this step, time gaps aside (NEVER: no more)
         self._paced_from = 0  # the scan count when the current step clock began
-        self._check_at_step = 0  # `due` reads the clock at this step next; before it, nothing can be due
+        #: `due` reads the clock at this step next; before it nothing can be due, so the steps before it
+        #: need not ask (NEVER: no more scans)
+        self.check_at_step = 0
         self._wait_from_s = 0.0  # when the current wait began (the last scan's end, or the first step)
         self._read_s = 0.0  # the last clock reading and its step (NEVER: none to measure from)
         self._read_at_step = NEVER
@@ -93,7 +95,7 @@ class ScanSchedule:
         the new period. At a reading, each
         attribute is read once and min/max are spelled as comparisons (a builtin's call costs more
         than the arithmetic)."""
-        if step < self._check_at_step:
+        if step < self.check_at_step:
             return False
         now = self.clock()
         if self._started_s is None:
@@ -105,7 +107,7 @@ class ScanSchedule:
         next_scan_step = self._next_scan_step if numbered else NEVER
         wake_s = self._budget_ready_s if step >= next_scan_step else self._next_scan_s
         if now >= wake_s:
-            self._check_at_step = 0  # read again at the next step, should no scan follow
+            self.check_at_step = 0  # read again at the next step, should no scan follow
             return True
         unread_s = UNCHECKED_SHARE_OF_WAIT * (wake_s - self._wait_from_s)
         left_s = 0.5 * (wake_s - now)
@@ -120,31 +122,26 @@ class ScanSchedule:
             next_check = step + 1
         if step < next_scan_step < next_check:
             next_check = next_scan_step
-        self._check_at_step = next_check
+        self.check_at_step = next_check
         return False
 
     def due_by_time(self) -> bool:
         """Whether the time the next scan waits for has come (the sampler thread asks at its readings):
         then the next step reads the clock. Steps that turned much slower since the last reading would
         otherwise leave the scan to the reading they were counted to, a wait's share later or more."""
-        check_at_step = self._check_at_step
+        check_at_step = self.check_at_step
         if self._started_s is None or check_at_step == 0 or check_at_step == NEVER:
             return False
         wake_s = self._budget_ready_s if self._next_scan_step != NEVER else self._next_scan_s
         if self.clock() < wake_s:
             return False
-        self._check_at_step = 0
+        self.check_at_step = 0
         return True
-
-    @property
-    def next_check_step(self) -> int:
-        """Before this step nothing can be due: steps before it need not ask (NEVER: no more scans)."""
-        return self._check_at_step
 
     def soon(self) -> None:
         """A scan is wanted as soon as the budget allows (any thread may ask)."""
         self._next_scan_s = self._budget_ready_s
-        self._check_at_step = 0
+        self.check_at_step = 0
 
     def full_scan_allowed(self, started_s: float, scans: int) -> bool:
         """Whether the scan starting at `started_s` looks everywhere: every FULL_SCAN_EVERY-th, when the budget
@@ -170,7 +167,7 @@ class ScanSchedule:
         self._next_scan_step = 2 * max(step, 1) if scans - self._paced_from < STEP_PACED_SCANS else NEVER
         # the next step reads the clock and measures the step period from here: the scan is no step's time
         self._read_s = self._wait_from_s = now
-        self._check_at_step = 0 if scans < MAX_SCANS else NEVER
+        self.check_at_step = 0 if scans < MAX_SCANS else NEVER
         return wall_s
 
     def restart(self, scans: int) -> None:
@@ -178,5 +175,5 @@ class ScanSchedule:
         self._next_scan_step, self._paced_from = 0, scans
         # its steps 1 and 2 read the clock: the new clock's period is measured between them (the old
         # clock's last reading was at a later step: none is measured across the two)
-        self._check_at_step = 0 if scans < MAX_SCANS else NEVER
+        self.check_at_step = 0 if scans < MAX_SCANS else NEVER
         self._step_period_s = float("inf")

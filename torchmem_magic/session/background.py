@@ -39,11 +39,12 @@ class BackgroundReadings:
     listener: Listener | None = None
     finder: LeakFinder | None = None
 
-    def row(self) -> dict[str, float]:
-        """The full reading, incl. children discovery and PSS at their slow rates; the heap figure of a
-        step sample filed now, where there is one (no second walk of the heap so soon)."""
+    def row(self, after_the_run: bool = False) -> dict[str, float]:
+        """The full reading, incl. children discovery and PSS at their slow rates; during the run, the heap
+        figure of a step sample filed now, where there is one (no second walk of the heap so soon). The
+        reading `after_the_run` walks the heap itself: it must see what the end of the block released."""
         filed = self.steps.file_rows(self.timeline, self.cpu_clock)
-        if filed is not None:
+        if filed is not None and not after_the_run:
             self.probes.offer_heap(filed)
         if self.ranks is not None:
             self.ranks.poll()
@@ -68,6 +69,6 @@ class BackgroundReadings:
         """One last reading (also as a step-aligned row if the stride skipped the last steps)."""
         if self.ranks is not None:
             self.ranks.poll(force=True)  # what the ranks sent since the sampler's last read
-        row = self.row()  # also files queued step rows
+        row = self.row(after_the_run=True)  # also files queued step rows
         self.timeline.by_time.append(row)
         self.steps.final_row(self.timeline, row)

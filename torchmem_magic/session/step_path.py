@@ -52,15 +52,22 @@ class StepPath:
         (with a guard, /dev/shm too, for its check). Then the gate waits for the next due step."""
         __tracebackhide__ = True
         steps = self.steps
-        if clock in steps.lesser:  # a lesser clock whose hook is still in place: counted, no more
+        gate = steps.gate
+        wakes = gate.wakes
+        if clock == gate.clock:  # the chosen clock's step: counted here, no call
+            gate.step += 1
+            step = gate.step
+        elif clock in steps.lesser:  # a lesser clock whose hook is still in place: counted, no more
             steps.count(clock)
             return
-        generation = steps.generation
-        step = steps.count(clock)
-        if step is None:
-            return
-        if steps.generation != generation:
-            self._clock_replaced(clock)
+        else:
+            generation = steps.generation
+            counted = steps.count(clock)
+            if counted is None:
+                return
+            step = counted
+            if steps.generation != generation:
+                self._clock_replaced(clock)
         if self.requests.pending:
             self.requests.run(step)
         finder = self.finder
@@ -68,24 +75,21 @@ class StepPath:
             finder.scan(step)
         if step >= steps.sampling.next_sampled_step:
             self._sample_step(step)
-        self._arm_gate()
+        self._arm_gate(wakes)
 
-    def _due_step(self) -> int:
-        """The next step something is due at: a sample, a scan's clock reading, a request (the next step)."""
+    def _arm_gate(self, wakes: int) -> None:
+        """The gate waits for the next step something is due at: a sample, a scan's clock reading, a
+        request (the next step). What another thread asks opens the gate once its state is in place: a
+        wake since `wakes` was read may not be in what was read here, so it opens the gate again."""
+        gate, finder = self.steps.gate, self.finder
         due = self.steps.sampling.next_sampled_step
-        finder = self.finder
-        if finder is not None and finder.next_check_step < due:
-            due = finder.next_check_step
-        return 0 if self.requests.pending else due
-
-    def _arm_gate(self) -> None:
-        """The gate waits for the next due step. What another thread asks while it is armed opens it
-        after its own state is in place, so reading the due step again after arming cannot miss it."""
-        gate = self.steps.gate
-        gate.due_step = due = self._due_step()
-        again = self._due_step()
-        if again < due:
-            gate.due_step = again
+        if finder is not None:
+            check_at_step = finder.next_check_step
+            if check_at_step < due:
+                due = check_at_step
+        gate.due_step = 0 if self.requests.pending else due
+        if gate.wakes != wakes:
+            gate.due_step = 0
 
     def _sample_step(self, step: int) -> None:
         """A sampled step: its step-aligned row, and the guard's check of it, which may raise its
