@@ -54,10 +54,10 @@ def test_once_optimizer_steps_are_the_clock_the_lesser_clocks_hooks_go_and_come_
     loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4)
     for _ in range(2):
         with MemwatchSession(SessionOptions()) as session:
-            assert _ours(torch.autograd._engine_run_backward) and _ours(_BaseDataLoaderIter.__next__)
+            assert _ours(vars(torch.autograd)["_engine_run_backward"]) and _ours(_BaseDataLoaderIter.__next__)
             for (x,) in loader:
                 _step(model, optimizer, x)
-            assert not _ours(torch.autograd._engine_run_backward) and not _ours(_BaseDataLoaderIter.__next__)
+            assert not _ours(vars(torch.autograd)["_engine_run_backward"]) and not _ours(_BaseDataLoaderIter.__next__)
             assert _ours(DataLoader.__iter__)  # the passes (epochs) are still marked
         assert installed_hook_count() == 0
         report = session.report
@@ -198,3 +198,27 @@ def test_a_reading_takes_the_heap_figure_of_a_step_sample_filed_with_it_instead_
         assert background.row()[HEAP.column] == queued[HEAP.column] and walks == []
         background.row()  # no step sample since: a walk of its own
         assert walks == [1]
+
+
+def test_the_samplers_heap_walk_lets_go_of_the_gil_only_after_a_long_walk() -> None:
+    """A short walk keeps the GIL (a handoff would cost the training thread more); a long one lets go."""
+    from torchmem_magic.probes.heap import RELEASE_GIL_WALK_S, HeapProbe
+
+    heap = HeapProbe(release_gil=True)
+    if not heap.available:
+        pytest.skip("no glibc heap counters here")
+    used: list[str] = []
+    kept, releasing = heap._mallinfo2, heap._releasing
+
+    def spied(name: str, walk: Any) -> Any:
+        def called() -> Any:
+            used.append(name)
+            return walk()
+
+        return called
+
+    heap._mallinfo2, heap._releasing = spied("kept", kept), spied("let go", releasing)
+    heap.heap_bytes()
+    heap._last_walk_s = 2 * RELEASE_GIL_WALK_S  # as a churned heap's walk takes
+    heap.heap_bytes()
+    assert used == ["kept", "let go"]

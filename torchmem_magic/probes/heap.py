@@ -5,10 +5,15 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 from typing import Any
 
 from ..core.resources import HEAP
 from .base import NAN, Reading
+
+#: a heap walk this long or longer lets go of the GIL on the sampler thread (see `HeapProbe`)
+RELEASE_GIL_WALK_S = 0.0003
+
 
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [
@@ -30,7 +35,9 @@ class HeapProbe:
     `mallinfo2` walks the heap's free lists: a few µs on a fresh heap, 0.3 to 2 ms on one a torch loop has
     churned. On the training thread it is called keeping the GIL (the thread holds it anyway, and a
     release would hand it to the sampler thread mid-step). With `release_gil` (the sampler thread) the GIL
-    is let go meanwhile: kept, the training thread would wait the whole walk at every reading. And a figure
+    is let go through a walk as long as RELEASE_GIL_WALK_S or longer (the last one tells): kept, the
+    training thread would wait the whole walk; let go, it takes the GIL meanwhile and the sampler waits to
+    take it back, a handoff that costs the training thread more than a short walk. And a figure
     `offer`ed since the last read (a step sample's, taken on the training thread) is taken instead of a
     walk of its own: in a loop whose steps are sampled between two readings, the sampler never walks.
     """
@@ -40,6 +47,8 @@ class HeapProbe:
 
     def __init__(self, release_gil: bool = False) -> None:
         self._mallinfo2: Any = None
+        self._releasing: Any = None  # mallinfo2 through CDLL, where the GIL may be let go
+        self._last_walk_s = 0.0
         self._offered: float | None = None
         self.unavailable_reason: str | None = None
         preload = os.environ.get("LD_PRELOAD", "")
@@ -49,9 +58,8 @@ class HeapProbe:
             self.unavailable_reason = f"another allocator is preloaded ({preload})"
         else:
             try:
-                fn = (ctypes.CDLL if release_gil else ctypes.PyDLL)(None).mallinfo2
-                fn.restype, fn.argtypes = _Mallinfo2, []
-                self._mallinfo2 = fn
+                self._mallinfo2 = _mallinfo2(ctypes.PyDLL)
+                self._releasing = _mallinfo2(ctypes.CDLL) if release_gil else None
             except (OSError, AttributeError):
                 self.unavailable_reason = "mallinfo2 not found (not glibc >= 2.33)"
 
@@ -63,7 +71,12 @@ class HeapProbe:
         """Heap bytes in use, NaN when unavailable."""
         if self._mallinfo2 is None:
             return NAN
-        info = self._mallinfo2()
+        if self._releasing is None:
+            info = self._mallinfo2()
+        else:
+            started_s = time.perf_counter()
+            info = (self._releasing if self._last_walk_s >= RELEASE_GIL_WALK_S else self._mallinfo2)()
+            self._last_walk_s = time.perf_counter() - started_s
         return float(info.uordblks + info.hblkhd)
 
     def offer(self, heap_bytes: float) -> None:
@@ -77,3 +90,9 @@ class HeapProbe:
     def close(self) -> None:
         pass
 
+
+def _mallinfo2(library: Any) -> Any:
+    """glibc's mallinfo2 through `library` (ctypes.PyDLL keeps the GIL, ctypes.CDLL lets go of it)."""
+    fn = library(None).mallinfo2
+    fn.restype, fn.argtypes = _Mallinfo2, []
+    return fn
