@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from torch.nn.modules import module as nn_module
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from torchmem_magic.core.step_gate import StepGate
 from torchmem_magic.tracing.hooks import LoaderPass, TrainingHooks, installed_hook_count
 
 
@@ -145,29 +148,51 @@ def test_callback_errors_never_reach_the_loop() -> None:
     assert hooks.errors.count == 5 and "bad probe" in hooks.errors.last  # 1 forward, 2 backward, 2 steps
 
 
+def _seen_in_a_child(step: Callable[[], None], seen: Callable[[], object]) -> Any:
+    """Fork: the child makes `step()` and sends back `seen()` (as JSON); the parent waits for it."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            step()
+            os.write(write_end, json.dumps(seen()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as reader:
+        result = json.loads(reader.read())
+    os.waitpid(pid, 0)
+    return result
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_steps_in_a_process_forked_later_go_to_its_watcher_not_to_this_session() -> None:
     # the hooks learn of the fork from an at-fork handler, not from a pid read at every step
     ticks: list[str] = []
     foreign: list[object] = []
     hooks = TrainingHooks(ticks.append, lambda loader_pass: None, lambda h, clock: foreign.append(clock))
-    read_end, write_end = os.pipe()
     with hooks:
         _train(torch.optim.SGD, 1, lr=0.1)
-        pid = os.fork()
-        if pid == 0:  # the child: one more step, then say what each callback saw
-            try:
-                _train(torch.optim.SGD, 1, lr=0.1)
-                os.write(write_end, json.dumps([ticks.count("optimizer"), foreign]).encode())
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end) as reader:
-            seen_in_child = json.loads(reader.read())
-        os.waitpid(pid, 0)
+        seen_in_child = _seen_in_a_child(lambda: _train(torch.optim.SGD, 1, lr=0.1),
+                                         lambda: [ticks.count("optimizer"), foreign])
         _train(torch.optim.SGD, 1, lr=0.1)
     assert seen_in_child == [1, ["backward", "optimizer"]]  # the child's own steps went to its watcher
     assert ticks.count("optimizer") == 2 and ticks.count("backward") == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_process_forked_with_the_gate_armed_hands_its_next_step_to_its_watcher() -> None:
+    ticks: list[str] = []
+    foreign: list[object] = []
+    hooks = TrainingHooks(ticks.append, lambda loader_pass: None, lambda h, clock: foreign.append(clock))
+    gate = StepGate()
+    gate.clock, gate.due_step = "optimizer", 1 << 40  # armed: no step is due for a long while
+    with hooks:
+        hooks.use_gate(gate)
+        _train(torch.optim.SGD, 1, lr=0.1)
+        seen_in_child = _seen_in_a_child(lambda: _train(torch.optim.SGD, 1, lr=0.1), lambda: foreign)
+    assert seen_in_child == ["backward", "optimizer"]  # the optimizer step too, though this gate had none due
+    assert gate.step == 1 and "optimizer" not in ticks  # this process's step was counted on the gate alone
 
 
 def test_removed_on_exception_and_idempotent() -> None:

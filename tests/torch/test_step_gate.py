@@ -3,8 +3,6 @@ due never reaches the session, and what is asked from another thread still comes
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import pytest
@@ -14,8 +12,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from torchmem_magic import MemwatchSession
 from torchmem_magic.core.options import SessionOptions
-from torchmem_magic.core.step_gate import StepGate
-from torchmem_magic.tracing.hooks import TrainingHooks, installed_hook_count
+from torchmem_magic.tracing.hooks import installed_hook_count
 from torchmem_magic.tracing.patches import WRAPPER_MARK
 
 
@@ -139,33 +136,6 @@ def test_interleaved_loaders_put_the_batch_hook_back_and_the_training_loader_sta
     report = session.report
     assert report is not None and (report.clock, report.steps, report.epochs) == ("optimizer", 30, 3)
     assert session.step_counter.training_loader(session.timeline) == 1
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_process_forked_with_the_gate_armed_hands_its_next_step_to_its_watcher() -> None:
-    ticks: list[str] = []
-    foreign: list[object] = []
-    hooks = TrainingHooks(ticks.append, lambda loader_pass: None, lambda h, clock: foreign.append(clock))
-    gate = StepGate()
-    gate.clock, gate.due_step = "optimizer", 1 << 40  # armed: no step is due for a long while
-    model, optimizer = _model()
-    read_end, write_end = os.pipe()
-    with hooks:
-        hooks.use_gate(gate)
-        _step(model, optimizer, torch.randn(2, 4))
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _step(model, optimizer, torch.randn(2, 4))
-                os.write(write_end, json.dumps(foreign).encode())
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end) as reader:
-            seen_in_child = json.loads(reader.read())
-        os.waitpid(pid, 0)
-    assert seen_in_child == ["backward", "optimizer"]  # the optimizer step too, though this gate had none due
-    assert gate.step == 1 and "optimizer" not in ticks  # this process's step was counted on the gate alone
 
 
 def test_a_reading_takes_the_heap_figure_of_a_step_sample_filed_with_it_instead_of_walking_the_heap() -> None:
