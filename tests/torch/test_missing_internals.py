@@ -11,7 +11,7 @@ import torch.optim.optimizer as optimizer_module
 import torch.utils.data.dataloader as dataloader_module
 from torch.utils.data import DataLoader, TensorDataset
 
-from torchmem_magic.tracing import hooks as hooks_module
+from torchmem_magic.tracing import patches as patches_module
 from torchmem_magic.api import memwatch
 from torchmem_magic.tracing.hooks import TrainingHooks, installed_hook_count
 
@@ -21,7 +21,7 @@ BATCHES, EPOCHS = 8, 2
 @pytest.fixture(autouse=True)
 def new_process_announcements(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts as a new process would: nothing said missing yet."""
-    monkeypatch.setattr(hooks_module, "_announced", set())
+    monkeypatch.setattr(patches_module, "_announced", set())
 
 
 def _train(backward: bool = True) -> None:

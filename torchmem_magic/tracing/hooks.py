@@ -42,7 +42,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.forensics import parse_worker_death
@@ -52,44 +51,18 @@ from ..core.step_requests import RaisedAtStep
 from .dynamo import compiling_check, dynamo_has_compiled, never_compiling
 from .forks import this_process
 from .loader_passes import LoaderPass, LoaderTable, pass_length, pass_workers
-from .patches import WRAPPER_MARK, Patch
+from .patches import WRAPPER_MARK, MissingInternal, Patch, announce_missing
 
 StepClock = GatedClock
 #: the clocks that rank above DataLoader batches: under them a batch is not a step
 _ABOVE_BATCHES = frozenset({"optimizer", "backward"})
+_MISSING = (ImportError, AttributeError, KeyError, TypeError, NameError)  # how a torch without an internal fails
 __all__ = ["WRAPPER_MARK", "LoaderPass", "StepClock", "TrainingHooks", "installed_hook_count"]
 
-
-@dataclass(frozen=True)
-class MissingInternal:
-    """A torch internal a hook needs that this torch does not have, and what goes uncounted without it."""
-
-    name: str  # e.g. "torch.autograd._engine_run_backward"
-    uncounted: str  # e.g. "backward passes"
-
-
-_announced: set[str] = set()  # the internals already said missing in this process
 
 #: `torch.compiler.is_compiling` once hooks were installed (no torch import before): a module global, so
 #: a traced hook's guard on it holds from one watched cell to the next
 _is_compiling: Callable[[], bool] = never_compiling
-
-
-def announce_missing(missing: list[MissingInternal]) -> None:
-    """One stderr line naming the internals not seen before in this process and what they cost."""
-    new = [m for m in missing if m.name not in _announced]
-    if not new:
-        return
-    _announced.update(m.name for m in new)
-    torch = sys.modules.get("torch")
-    version = getattr(torch, "__version__", "?")
-    names = ", ".join(m.name for m in new)
-    uncounted = ", ".join(dict.fromkeys(m.uncounted for m in new))
-    print(
-        f"torchmem_magic: this torch ({version}) has no {names}: {uncounted} are not counted; "
-        "the other step clocks and every memory curve still work",
-        file=sys.stderr,
-    )
 
 
 def _ignore_loader(loader: int | None) -> None:
@@ -183,7 +156,7 @@ class TrainingHooks:
         self._forward_state = threading.local()
         self._backward_depth = 0
         for key in self._settled_away:
-            self._hook_or_note("", "", {"backward": self._patch_backward, "next": self._patch_next}[key])
+            self._put_back(key)
         self._settled_away = set()
 
     # ------------------------------------------------------------------ install / remove
@@ -222,12 +195,18 @@ class TrainingHooks:
         announce_missing(self.missing)
 
     def _hook_or_note(self, name: str, uncounted: str, install: Callable[[], None]) -> None:
-        """Run one hook's install; a torch without the internal it needs is noted (where named), not an error."""
+        """Run one hook's install; a torch without the internal it needs is noted, not an error."""
         try:
             install()
-        except (ImportError, AttributeError, KeyError, TypeError, NameError):
-            if name:
-                self.missing.append(MissingInternal(name, uncounted))
+        except _MISSING:
+            self.missing.append(MissingInternal(name, uncounted))
+
+    def _put_back(self, key: str) -> None:
+        """Wrap again what `settle` took out, or wrap `__next__` again (`key`: "backward", "next")."""
+        try:
+            (self._patch_backward if key == "backward" else self._patch_next)()
+        except _MISSING:
+            pass  # a torch without it: noted when the hooks were installed
 
     def _install_optimizer_hook(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -396,7 +375,7 @@ class TrainingHooks:
         if not loaders.interleaved:
             self._carried_by(number)
         elif not interleaved:
-            self._hook_or_note("", "", self._patch_next)
+            self._put_back("next")
         self._on_pass(LoaderPass(number, pass_workers(iterator), pass_length(iterator)))
 
     def _carried_by(self, loader: int | None) -> None:
