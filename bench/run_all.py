@@ -61,23 +61,24 @@ def render() -> str:
         "",
         "**Training-loop overhead** in the steady state, with the leak finder and the flight recorder on as in "
         "`%%memwatch`: each run first makes half as many untimed steps inside the block (about a second), then "
-        "times ~1.7 s of steps (5 rounds of baseline–memwatch–baseline; median of per-round ratios and their "
-        "quartiles; *own CPU*: the CPU time memwatch's sampler thread, step samples and holder scans used in "
+        "times ~1.3 s of steps (5 rounds of baseline–memwatch–baseline in one process; median of per-round ratios "
+        "and their quartiles, of the wall time and of the process's CPU time per step; *own CPU*: the CPU time memwatch's sampler thread, step samples and holder scans used in "
         "the timed part, as a share of its wall time — the part of the cost that the machine's noise does not "
         "blur; *start*: the one-off CPU time of the untimed first second: the dense samples of the first 64 "
         "steps and the leak finder's first scans):",
         "",
-        "| workload | configuration | ms/step | overhead (quartiles) | own CPU | start |",
-        "|---|---|---|---|---|---|",
+        "| workload | configuration | ms/step | wall overhead (quartiles) | CPU overhead (quartiles) | own CPU | start |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in overhead.run():
         if row["config"] == "baseline":
-            lines.append(f"| {row['workload']} | without memwatch | {row['ms_per_step']:.3f} | — | — | — |")
+            lines.append(f"| {row['workload']} | without memwatch | {row['ms_per_step']:.3f} | — | — | — | — |")
         else:
-            low, high = row["overhead_iqr_pct"]
+            (low, high), (cpu_low, cpu_high) = row["overhead_iqr_pct"], row["cpu_overhead_iqr_pct"]
             lines.append(
                 f"| {row['workload']} | {row['config']} | {row['ms_per_step']:.3f} | {row['overhead_pct']:+.1f}% "
-                f"({low:+.1f}% … {high:+.1f}%) | {row['own_cpu_pct']:.2f}% | {row['dense_start_ms']:.1f} ms |"
+                f"({low:+.1f}% … {high:+.1f}%) | {row['cpu_overhead_pct']:+.1f}% ({cpu_low:+.1f}% … {cpu_high:+.1f}%) "
+                f"| {row['own_cpu_pct']:.2f}% | {row['dense_start_ms']:.1f} ms |"
             )
     lines += ["", "**Hot-path costs** (median µs per call):", "", "| path | µs |", "|---|---|"]
     for name, us in costs.hot_path_costs().items():
