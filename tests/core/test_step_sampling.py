@@ -35,16 +35,26 @@ def test_an_expensive_dense_start_is_cut_short() -> None:
     policy = StepSamplingPolicy()
     sampled = run(policy, 64, step_s=1e-3, cost_s=5e-3)  # a churned heap: 5 ms a sample
     assert sampled[:4] == [1, 2, 3, 4] and 5 not in sampled  # the 4th reaches 20 ms: the dense start ends
-    assert policy.stride == 100  # then at most 5% of a 1 ms step
+    # then at most 5% of a 1 ms step (a stride of 100), but still twice each time the steps double
+    assert sampled[4:] == [6, 9, 13, 19, 28, 42, 63] and policy.stride == 31
+
+
+def test_a_short_loop_with_dear_samples_keeps_samples_to_its_end() -> None:
+    """A churned heap: 2 ms a sample, 0.3 ms a step. The budget's stride would be over a thousand, and a
+    400-step loop would keep no sample after its first few dozen steps (a cache it filled in its first
+    hundred would read as growth to its end); at most half the steps so far between two, it keeps some."""
+    sampled = run(StepSamplingPolicy(), 400, step_s=0.3e-3, cost_s=2e-3)
+    assert [s for s in sampled if s > 104] == [109, 163, 244, 366]
+    assert len(sampled) == 19  # the dense start's 10, and about two a doubling after it
 
 
 def test_filing_cost_counts_against_the_budget_and_the_stride_is_capped() -> None:
     policy = StepSamplingPolicy(dense_steps=0)
     policy.filed(rows=10, cost_s=100e-6)  # 10 µs a row on the sampler thread
-    run(policy, 3, step_s=100e-6, cost_s=1e-6)
+    run(policy, 200, step_s=100e-6, cost_s=1e-6)  # past step 74: half the steps so far is no limit
     assert policy.stride == 37  # ceil(11 µs / (0.3% x 100 µs))
     capped = StepSamplingPolicy(dense_steps=0)
-    run(capped, 3, step_s=1e-6, cost_s=1e-3)
+    run(capped, 5000, step_s=1e-6, cost_s=1e-3)
     assert capped.stride == capped.max_stride
 
 

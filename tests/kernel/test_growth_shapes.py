@@ -56,6 +56,23 @@ def test_growth_that_stops_is_clean_and_growth_that_goes_on_leaks(k: Kernel, nam
         assert (filled and "MiB" in filled[0]) or any(line.startswith(ruled_out) for line in report["advice"]), said
 
 
+def test_a_cache_filled_early_is_clean_also_on_a_churned_heap(k: Kernel) -> None:
+    """On a heap with many holes (a kernel that has run for a while) a step sample, glibc's walk of the free
+    lists, costs milliseconds, and the budget alone would thin the samples to one in a thousand steps: the
+    400-step loop would keep none after its first few dozen, and the memo's fill would read as growth to
+    its end. The samples come at least twice each time the steps double, so its flat rest is seen."""
+    body, verdict, _ = GROWTH_SHAPES["per_sample_memo_filled_in_first_epoch"]
+    k.ok("_holes = [torch.randn(10 + i % 300) for i in range(40_000)]\ndel _holes[::2]", store_history=False)
+    try:
+        k.ok("%%memwatch -q --interval 10\n" + body, timeout_s=240)
+        report = k.value("(lambda r: {k: r[k] for k in ('verdict', 'steps', 'advice')})(torchmem_magic.last_report().to_dict())")
+        later = k.value("[s for s in torchmem_magic.last_report().timeline.by_step.column('step') if 150 <= s < 400]")
+    finally:
+        k.ok("del _holes\n" + CLEAR, store_history=False)
+    assert report["steps"] == 400 and len(later) >= 2, (later, report)
+    assert report["verdict"] == verdict == "clean", json.dumps(report, indent=1)
+
+
 #: a memo filled with new samples until a live verdict computed during the fill calls it a leak or a suspect
 #: (or 10,000 samples), then reused for twice as many steps, until a live verdict computed after them has come
 #: (or a minute): ([the verdict during the fill, the verdict on the plateau], samples, steps)

@@ -153,13 +153,15 @@ def test_a_reading_takes_the_heap_figure_of_a_step_sample_filed_with_it_instead_
         if not heap.available:
             pytest.skip("no glibc heap counters here")
         walks: list[int] = []
-        walk = heap._mallinfo2
 
-        def counted() -> Any:
-            walks.append(1)
-            return walk()
+        def counted(walk: Any) -> Any:
+            def walked() -> Any:
+                walks.append(1)
+                return walk()
 
-        heap._mallinfo2 = counted
+            return walked
+
+        heap._mallinfo2, heap._releasing = counted(heap._mallinfo2), counted(heap._releasing)  # GIL kept or not
         background.row()  # files what is queued; from here on, one step sample at a time
         walks.clear()
         session.step_counter.sampling.sample_next()

@@ -4,7 +4,11 @@ otherwise (pure: the caller passes the times, so tests drive it with numbers, no
 A step sample costs a few µs on the training thread (more when glibc's `mallinfo2` walks a heap
 that has churned a lot). The first `dense_steps` are all sampled while their total stays under
 `dense_cost_s`, so a verdict forms within a few dozen steps; past that, a sample may cost at most
-`budget` of a step: `stride = ceil(cost / (budget x step time))`.
+`budget` of a step: `stride = ceil(cost / (budget x step time))`. Whatever a sample costs, the steps are
+sampled at least twice each time their number doubles (the stride is at most half the steps so far): on a
+churned heap a sample costs milliseconds, the budget's stride passes a thousand, and a short loop would
+otherwise keep no sample between its first few dozen steps and its end (a cache filled in its first
+hundred steps then reads as growth all the way through).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ class StepSamplingPolicy:
         elif step_s > 0:  # from the second sampled step on: the first has no step period yet
             budget = self.dense_budget if dense else self.budget
             cost = self.sample_cost_s + self.filing_cost_s
-            self.stride = max(1, min(self.max_stride, math.ceil(cost / (budget * step_s))))
+            self.stride = max(1, min(self.max_stride, math.ceil(cost / (budget * step_s)), step // 2))
         self.next_sampled_step = step + self.stride
 
     def filed(self, rows: int, cost_s: float) -> None:
