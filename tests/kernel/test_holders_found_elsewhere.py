@@ -132,21 +132,25 @@ def test_a_list_deep_in_a_big_object_the_memo_knows_is_named(fresh_kernel: Kerne
 
 
 #: a loop that keeps 16 KiB a step in a library's module global (it has no name in the notebook: only a search
-#: back finds it) until the live figure's leak finder has measured that global at 4 scans, or two minutes
-#: passed; a millisecond's sleep a step bounds what it keeps meanwhile (`seen`: the scans came)
+#: back finds it) until the live figure's leak finder has measured that global at 4 scans (`seen`), or its
+#: searches back mid-run have all run without finding it (`missed`), or two minutes passed; a millisecond's
+#: sleep a step bounds what it keeps meanwhile
 MID_RUN_LOOP = (
     "import time\n"
     "def _scans_of(name):\n"
-    "    session = torchmem_magic.session.run.active_session()\n"
-    "    return len(session.finder.series().get(name, [])) if session is not None and session.finder else 0\n"
+    "    finder = torchmem_magic.session.run.active_session().finder\n"
+    "    scans = len(finder.series().get(name, []))\n"
+    "    return scans, finder.searches_spent and not scans\n"
     "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
-    "deadline, step, seen = time.monotonic() + 120, 0, False\n"
-    "while not seen and time.monotonic() < deadline:\n"
+    "deadline, step, seen, missed = time.monotonic() + 120, 0, False, False\n"
+    "while not seen and not missed and time.monotonic() < deadline:\n"
     "    train_step(model, opt, torch.randn(32, 64))\n"
     "    sys.modules['featurestore'].CACHE.append(model[:2](torch.randn(8, 64)).detach())\n"
     "    time.sleep(0.001)\n"
     "    step += 1\n"
-    "    seen = step % 25 == 0 and _scans_of('module global featurestore.CACHE') >= 4\n"
+    "    if step % 25 == 0:\n"
+    "        scans, missed = _scans_of('module global featurestore.CACHE')\n"
+    "        seen = scans >= 4\n"
 )
 
 
@@ -168,7 +172,7 @@ def test_a_holder_no_name_reaches_is_found_mid_run_and_a_stale_one_is_not_named(
         "(torchmem_magic.last_report().to_dict())"
     )
     said = json.dumps(report, indent=1)
-    assert report["verdict"] == "leak" and fresh_kernel.value("seen"), said  # the loop stopped at the 4th scan
+    assert report["verdict"] == "leak" and fresh_kernel.value("seen"), (said, fresh_kernel.value("[step, missed]"))  # the 4th scan came
     top = report["suspects"][0]
     assert top["name"] == "module global featurestore.CACHE" and top["path"].startswith("featurestore.CACHE["), said
     assert top["fix"].startswith("featurestore.CACHE keeps them") and top["new_in_cell"] is True, said
@@ -194,5 +198,5 @@ def test_a_stale_holder_found_mid_run_is_not_named_beside_one_no_scan_can_measur
         " r['suspects']]})(torchmem_magic.last_report().to_dict())"
     )
     said = json.dumps(report, indent=1)
-    assert report["verdict"] == "leak" and fresh_kernel.value("seen"), said  # the dataset was measured at 4 scans
+    assert report["verdict"] == "leak" and fresh_kernel.value("seen"), (said, fresh_kernel.value("[step, missed]"))  # 4 scans of the dataset
     assert report["suspects"] == ["functools.lru_cache normalised"], said

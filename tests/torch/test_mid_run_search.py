@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from torchmem_magic.finder.holder_tracking import HolderTracker
+from torchmem_magic.finder.scan.referrers import by_size_class
 from torchmem_magic.finder.scan.results import Root
 
 STEP_S = 0.001
@@ -55,3 +56,19 @@ def test_the_search_does_not_hold_back_the_scans_after_it() -> None:
     _, _, scans = _run(4000, ask_at=1000)
     after = [s for s in scans if s > 1000]
     assert after and after[0] <= 1500, scans
+
+
+def test_it_searches_from_a_few_storages_of_each_size_that_holds_the_most_bytes() -> None:
+    """What piles up is many storages of one size: 1,000 small ones outweigh 30 large ones alive since before,
+    each of the few searched from stands for its share of its size's bytes, and they are spread over its
+    storages (the oldest and the newest among them)."""
+    small = [(16 << 10, [f"small{i}"]) for i in range(1000)]  # 16 MiB in all
+    large = [(256 << 10, [f"large{i}"]) for i in range(30)]  # 7.5 MiB
+    single = [(10 << 20, ["single"])]  # 10 MiB
+    chosen = by_size_class(large + single + small, count=12, per_class=5)
+    assert [tensors[0] for _, tensors in chosen] == [
+        "small0", "small200", "small400", "small600", "small800", "single",
+        "large0", "large6", "large12", "large18", "large24",
+    ]
+    assert [weight for weight, _ in chosen] == [200 * (16 << 10)] * 5 + [10 << 20] + [6 * (256 << 10)] * 5
+    assert len(by_size_class(small + large, count=3, per_class=8)) == 3

@@ -18,7 +18,7 @@ from ..analysis.holder_trends import MIN_GROWTH_BYTES, at_its_last_level, first_
 from ..render.advice.holders import live_holder_line
 from ..core.model import Suspect
 from .scan.memo import ScanMemo, scan_reusing
-from .scan.referrers import BackSearch, HeldElsewhere, live_storages, search_back
+from .scan.referrers import BackSearch, HeldElsewhere, by_size_class, live_storages, search_back
 from .scan.results import Budget, Root, RootStats, StartScan
 from .scan.scanner import scan_roots
 from .suspects import baseline_of, fix_elsewhere, growing_suspect, suspects_from_scan, suspects_from_stats
@@ -32,9 +32,12 @@ FOUND_SHARE_OF_GROWTH = 0.1
 HELD_ELSEWHERE_BUDGET = Budget(time_s=0.2, max_findings=0)
 #: the same search mid-run (the live verdict sees growth no holder's scans show), on the training thread
 #: between two steps, in this much CPU time; one that finds nothing a scan can follow is tried again once the
-#: run has gone on as long again, MID_RUN_SEARCHES in all
+#: run has gone on as long again, with twice the time, MID_RUN_SEARCHES in all
 MID_RUN_SEARCH_S = 0.25
 MID_RUN_SEARCHES = 3
+#: it searches from this many storages, up to MID_RUN_STORAGES_PER_SIZE of each size (see `by_size_class`)
+MID_RUN_STORAGES = 48
+MID_RUN_STORAGES_PER_SIZE = 8
 MID_RUN_MEASURE_BUDGET = Budget(time_s=0.05, max_findings=0)
 #: the end-of-cell scan reuses the last scan of a name unchanged since only when scanning it again would
 #: meet this many objects or more (a few milliseconds); smaller ones are scanned again in any case
@@ -218,6 +221,11 @@ class LeakFinder:
         tracker.want_search(functools.partial(self._found_now, grown_bytes))
         self.wake_steps()
 
+    @property
+    def searches_spent(self) -> bool:
+        """Whether every mid-run search back was asked for and has run (no more will come)."""
+        return self._searches >= MID_RUN_SEARCHES and self._next_search_s != math.inf
+
     def _a_holder_grows(self, tracker: HolderTracker) -> bool:
         """Whether some holder's scans show it growing; judged again only after a new scan (asked every
         second while the live verdict says leak)."""
@@ -235,8 +243,9 @@ class LeakFinder:
         try:
             if tracker is None:
                 return []
-            storages = live_storages(tracker.counted_storages)
-            back = search_back(storages, {id(r.obj): (r.name, r.path) for r in roots}, MID_RUN_SEARCH_S)
+            storages = by_size_class(live_storages(tracker.counted_storages), MID_RUN_STORAGES, MID_RUN_STORAGES_PER_SIZE)
+            cpu_s = MID_RUN_SEARCH_S * 2 ** (self._searches - 1)
+            back = search_back(storages, {id(r.obj): (r.name, r.path) for r in roots}, cpu_s)
             del storages
             names = {r.name for r in roots}
             found = [Root(h.name, "user", h.obj_path, h.obj) for h in back.held

@@ -82,6 +82,26 @@ def live_storages(excluded: Collection[StorageKey]) -> list[tuple[int, list[Any]
     return sorted(by_storage.values(), key=lambda entry: -entry[0])
 
 
+
+def by_size_class(storages: list[tuple[int, list[Any]]], count: int, per_class: int) -> list[tuple[int, list[Any]]]:
+    """At most `count` of `storages` to search back from, whose way up costs a fraction of all of them'
+    (a level's referrers are found at a cost that grows with the storages searched from). Growth is many
+    storages of one size, so the sizes come in order of what all storages of each size hold together, with
+    up to `per_class` of each, spread over its storages (the oldest and the newest among them); each stands
+    for its share of its size's bytes, so what a search finds keeps the weight of what it reaches."""
+    classes: dict[int, list[tuple[int, list[Any]]]] = {}
+    for entry in storages:
+        classes.setdefault(entry[0], []).append(entry)
+    chosen: list[tuple[int, list[Any]]] = []
+    for size, members in sorted(classes.items(), key=lambda item: -item[0] * len(item[1])):
+        taken = min(per_class, len(members), count - len(chosen))
+        if taken <= 0:
+            break
+        stride = len(members) / taken
+        weight = size * len(members) // taken
+        chosen.extend((weight, members[int(i * stride)][1]) for i in range(taken))
+    return chosen
+
 def _is(obj: Any, kinds: type | tuple[type, ...]) -> bool:
     """isinstance by the object's own type: no `__class__` of the object's is read (a deprecated module
     attribute's proxy warns when it is)."""
