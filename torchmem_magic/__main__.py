@@ -73,7 +73,8 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     watch = commands.add_parser(
         "watch", help="run COMMAND (a script, torchrun ...) with every rank watched; print the report",
         usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S]\n"
-              "                                [--guard PCT] [--prometheus [ADDR:]PORT] -- COMMAND ...",
+              "                                [--guard PCT] [--prometheus [ADDR:]PORT] [--tensorboard DIR]\n"
+              "                                -- COMMAND ...",
     )
     watch.add_argument("--interval", type=_interval_ms, default=DEFAULT_INTERVAL_MS, metavar="MS",
                        help=f"sampling period in milliseconds, 1-10000 (default {DEFAULT_INTERVAL_MS:g})")
@@ -88,6 +89,9 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     watch.add_argument("--prometheus", type=_metrics_address, default=None, metavar="[ADDR:]PORT",
                        help="serve every rank's gauges for Prometheus at http://ADDR:PORT/metrics (ADDR defaults to "
                             "127.0.0.1, this host only; needs prometheus_client)")
+    watch.add_argument("--tensorboard", default=None, metavar="DIR",
+                       help="write every rank's curves and leak rate as TensorBoard scalars, a run per rank "
+                            "(DIR/rank0, DIR/rank1, ...); needs the tensorboard package")
     watch.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     show = commands.add_parser("show", help="print saved .json reports (several: merged into one)")
     show.add_argument("paths", nargs="+", metavar="PATH")
@@ -159,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_parser.error("no command to watch: put it after --, e.g. -- torchrun --nproc-per-node 2 train.py")
     return run_watched(
         WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan, arguments.status_every,
-                     arguments.prometheus, arguments.guard)
+                     arguments.prometheus, arguments.guard, arguments.tensorboard)
     )
 
 

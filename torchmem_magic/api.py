@@ -32,6 +32,7 @@ def watch_from(
     shm_path: str = DEFAULT_SHM_PATH,
     scan: bool = True,
     guard: float | str | None = None,
+    log_to: object | None = None,
 ) -> MemwatchSession:
     """A script session whose leak finder looks where the watched code keeps things: the locals of
     the user's functions on the training thread's stack (innermost first), then the global names of
@@ -57,10 +58,15 @@ def watch_from(
             known.add_stack(frame)
             known.add_file(namespace.get("__file__"))
             search = LeakSearch(StackRoots(functools.partial(_module_roots, namespace), known), sources)
+    listener = None
+    if log_to is not None:
+        from .integrations.tensorboard import ScalarLog, checked_writer
+
+        listener = ScalarLog(checked_writer(log_to))
     options = SessionOptions(
         interval_ms, device=device, shm_path=shm_path, guard=guard, print_report=not quiet, keep_scanned_holders=True
     )
-    return MemwatchSession(options, search=search, rank_agent=adopt_forked)
+    return MemwatchSession(options, search=search, rank_agent=adopt_forked, listener=listener)
 
 
 def memwatch(
@@ -71,6 +77,7 @@ def memwatch(
     shm_path: str = DEFAULT_SHM_PATH,
     scan: bool = True,
     guard: float | str | None = None,
+    log_to: object | None = None,
 ) -> MemwatchSession:
     """Script API: `with memwatch() as w: train()` then `w.report` (also `last_report()`).
 
@@ -81,9 +88,11 @@ def memwatch(
     `%%memwatch` looks (the user's names, the output cache, the last traceback) as well as locals.
     With `guard` (0.9, 90 or '90%'), MemoryGuardError is raised in the loop at a step boundary once
     RAM, /dev/shm or VRAM reaches that share of its limit, or would before the next chance to stop.
+    With `log_to` (a `torch.utils.tensorboard.SummaryWriter`), each curve and the leak rate are written as
+    `memwatch/...` scalars every second, with the step as the global step.
     """
     caller = sys._getframe(1)
     return watch_from(
         caller.f_globals, caller, interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
-        guard=guard,
+        guard=guard, log_to=log_to,
     )

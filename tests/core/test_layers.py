@@ -31,7 +31,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("flight record", ("flight",)),
     ("session", ("session",)),
     ("widgets", ("widgets",)),
-    ("front ends", ("frontends", "agent", "")),
+    ("front ends", ("frontends", "agent", "integrations", "")),
 )
 #: decide and format, never measure: the standard library only
 PURE_FLOORS = ("the data model", "analysis", "renderers", "report assembly")

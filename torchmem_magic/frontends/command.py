@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -39,6 +40,7 @@ class WatchOptions:
     status_every_s: float | None = None  # the live status's period (None: 1 s on a terminal, else 10 s; 0: none)
     metrics_address: tuple[str, int] | None = None  # where to serve the ranks as Prometheus gauges, if anywhere
     guard: float | None = None  # each rank stops its loop at this share of a resource's limit
+    tensorboard_dir: str | None = None  # where each rank's curves go as TensorBoard scalars, if anywhere
 
 
 def exit_status(returncode: int) -> int:
@@ -104,6 +106,7 @@ def run_watched(options: WatchOptions, out: TextIO = sys.stdout, err: TextIO = s
     from ..session.live_view import FanOut
     from .watch_metrics import MetricsEndpoint, MetricsUnavailable, RankBoard
     from .watch_status import TerminalStatus
+    from ..integrations.tensorboard import LoggerUnavailable, RankScalarLog
 
     listeners: list[Listener] = [] if options.status_every_s == 0 else [TerminalStatus(err, options.status_every_s)]
     endpoint = None
@@ -116,6 +119,12 @@ def run_watched(options: WatchOptions, out: TextIO = sys.stdout, err: TextIO = s
             return 2
         print(f"torchmem_magic watch: the ranks' gauges at {endpoint.url}", file=err, flush=True)
         listeners.append(board)
+    if options.tensorboard_dir is not None:
+        try:  # checked before the command runs: nothing runs without the log it was asked for
+            listeners.append(RankScalarLog(Path(options.tensorboard_dir)))
+        except LoggerUnavailable as exc:
+            print(f"torchmem_magic watch: {exc}", file=err)
+            return 2
     listener = listeners[0] if len(listeners) == 1 else FanOut(listeners) if listeners else None
     try:
         return _watch(options, listener, out, err)
