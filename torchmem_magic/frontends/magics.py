@@ -60,6 +60,18 @@ def _live_route(shell: Any) -> LiveRoute:
         raise UsageError(f"%%memwatch: {exc}") from None
 
 
+def attach_live_figure(shell: Any, session: MemwatchSession, route: LiveRoute | None = None) -> None:
+    """The live figure, shown under the running cell and fed from the thread `route` names (by default, the
+    one this kernel's widget messages reach the page from); its buttons' clicks go to `session`."""
+    from ..widgets.live import LiveFigure
+    from ..widgets.update_route import RoutedUpdates
+
+    route = _live_route(shell) if route is None else route
+    figure = LiveFigure(session.requests)
+    session.listener = RoutedUpdates(figure, session.requests, route)
+    display(figure.widget_bundle(), raw=True)
+
+
 def shell_has_kernel() -> bool:
     """True in a Jupyter kernel (a front end that keeps rich outputs), False in terminal IPython."""
     from IPython import get_ipython
@@ -157,12 +169,7 @@ class MemwatchMagics(Magics):
         code, last = self._compiled(line, cell)
         try:
             if route is not None:  # widgets only once the flags and the body are known to be good
-                from ..widgets.live import LiveFigure
-                from ..widgets.update_route import RoutedUpdates
-
-                figure = LiveFigure(session.requests)  # its buttons' clicks go to the run
-                session.listener = RoutedUpdates(figure, session.requests, route)
-                display(figure.widget_bundle(), raw=True)
+                attach_live_figure(self.shell, session, route)
             session.start()  # inside the try: an interrupt right after start still stops it
             value = self._run_body(code, last)
         except StopTraining as exc:  # the Stop button: a clean end, reported, no traceback

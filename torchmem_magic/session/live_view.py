@@ -284,6 +284,12 @@ class LiveView:
         if grown and grown[0] > 0:
             self._finder.want_search(grown[0])
 
+    @property
+    def latest_verdict(self) -> Diagnosis | None:
+        """The live verdict last computed (on the sampler thread), computing none: any thread may ask."""
+        live = self._live
+        return None if live is None else live[1]
+
     def last_live_verdict(self) -> tuple[float, str] | None:
         """(seconds into the run, the verdict line) of the last live verdict, if one was computed."""
         live, started_s = self._live, self._runtime.started_s

@@ -1,0 +1,68 @@
+"""The trainers' callbacks in a real kernel, as a notebook runs them: the live figure under the cell that calls
+`fit` (its updates leave the kernel as comm messages while the run goes), the report shown with its static
+figure at the end, and no second session inside a `%%memwatch` cell."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from kernel_client import Kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from leaky_loops import FRAMEWORK_SETUP, SETUP  # noqa: E402
+
+from torchmem_magic.render.static import embedded_figure  # noqa: E402
+
+pytestmark = pytest.mark.kernel
+
+LIGHTNING_MODULE = (
+    "from torchmem_magic.integrations.lightning import MemwatchCallback\n"
+    "class LitRegressor(L.LightningModule):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.net = mlp()\n"
+    "        self.train_outputs = []\n"
+    "    def training_step(self, batch, batch_idx):\n"
+    "        (x,) = batch\n"
+    "        self.train_outputs.append(self.net[:2](x).detach())  # 64 KiB a step, never cleared\n"
+    "        return self.net(x).square().mean()\n"
+    "    def configure_optimizers(self):\n"
+    "        return torch.optim.SGD(self.parameters(), lr=1e-3)\n"
+    "train = DataLoader(TensorDataset(torch.randn(3200, 64)), batch_size=32)\n"
+)
+
+
+@pytest.fixture()
+def lightning_kernel(fresh_kernel: Kernel, tmp_path: Path) -> Kernel:
+    fresh_kernel.ok(SETUP + f"lightning_root = {str(tmp_path)!r}\n" + FRAMEWORK_SETUP["lightning"] + LIGHTNING_MODULE)
+    return fresh_kernel
+
+
+def test_the_live_figure_shows_under_the_cell_that_calls_fit_and_the_report_at_its_end(
+    lightning_kernel: Kernel,
+) -> None:
+    execution = lightning_kernel.ok(
+        "model = LitRegressor(); callback = MemwatchCallback()\n"
+        "make_trainer(max_epochs=3, callbacks=[callback]).fit(model, train)\n", timeout_s=180,
+    )
+    displays = [m["content"]["data"] for m in execution.of_type("display_data")]
+    assert any("application/vnd.jupyter.widget-view+json" in data for data in displays)
+    figures = [embedded_figure(data.get("text/html", "")) for data in displays]
+    assert any("verdict: leak" in figure and "<polyline" in figure for figure in figures if figure)
+    updates = [m for m in execution.of_type("comm_msg") if m["content"]["data"].get("method") == "update"]
+    assert len(updates) >= 3, len(updates)  # the figure was redrawn while fit ran
+    report = lightning_kernel.value(
+        "(lambda r: [r.verdict, r.steps, r.suspects[0].name, r.suspects[0].path])(callback.report)")
+    assert report[:3] == ["leak", 300, "model"] and report[3].startswith("model.train_outputs"), report
+    assert lightning_kernel.value("callback.report is torchmem_magic.last_report()")
+
+
+def test_inside_a_memwatch_cell_the_cell_session_is_the_only_one(lightning_kernel: Kernel) -> None:
+    lightning_kernel.ok(
+        "%%memwatch -q\n"
+        "callback = MemwatchCallback()\n"
+        "make_trainer(max_epochs=2, callbacks=[callback]).fit(LitRegressor(), train)\n", timeout_s=180,
+    )
+    assert lightning_kernel.value("[callback.report is None, torchmem_magic.last_report().steps]") == [True, 200]

@@ -1,0 +1,149 @@
+"""What the trainers' callbacks share: a session over the trainer's run, started where the run starts (none
+when one already runs, such as a `%%memwatch` cell around `fit`), the figures for the trainer's loggers, read
+on the training thread at its logging steps at the cost of a few lookups, and the report at the end."""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
+from ..core.timeline import COLUMNS
+from ..report.rates import leak_rate
+from ..report.scalars import memory_scalars
+from ..session.run import MemwatchSession, active_session
+
+if TYPE_CHECKING:
+    from ..render.results import Report
+    from ..session.live_view import LiveView
+
+#: how often the live verdict (and with it the logged growth) is worked out, on the sampler thread
+VERDICT_PERIOD_S = 1.0
+
+
+class VerdictTicker:
+    """A session's listener where no live figure works out the verdict: the sampler thread does, once a
+    second, so that the training thread only reads it."""
+
+    tick_period_s = VERDICT_PERIOD_S
+    tick_cpu_share: float | None = None
+
+    def on_tick(self, view: LiveView) -> None:
+        view.live_verdict()
+
+    def on_finish(self, view: LiveView, report: Report) -> None:
+        pass
+
+
+class TrainerWatch:
+    """One trainer's run watched (see the module's docstring). The options are `memwatch()`'s, checked
+    here, when the callback is made: a bad one fails before any training.
+
+    Args:
+        quiet: no report printed (or shown) at the end; `report` has it all the same.
+        fail_on_leak: a run whose verdict is leak raises LeakError once its report is out (for CI).
+        show: whether this process shows the report (a trainer's rank 0 does, the other ranks do not).
+    """
+
+    def __init__(
+        self, interval_ms: float = DEFAULT_INTERVAL_MS, *, device: str | int | None = None, quiet: bool = False,
+        shm_path: str = DEFAULT_SHM_PATH, scan: bool = True, guard: float | str | None = None,
+        fail_on_leak: bool = False,
+    ) -> None:
+        SessionOptions(interval_ms, device=device, shm_path=shm_path, guard=guard)  # ValueError, in one line
+        self._options: dict[str, Any] = {
+            "interval_ms": interval_ms, "device": device, "shm_path": shm_path, "scan": scan, "guard": guard,
+        }
+        self.quiet, self.fail_on_leak = quiet, fail_on_leak
+        self.report: Report | None = None
+        self.final_scalars: dict[str, float] = {}  # the figures at the run's end, as the report judged it
+        self._session: MemwatchSession | None = None
+
+    @property
+    def session(self) -> MemwatchSession | None:
+        """The session the figures come from: this run's own, or the one running around it."""
+        return self._session if self._session is not None else active_session()
+
+    def begin(self) -> None:
+        """The trainer's run starts (on its thread): a session of its own unless one runs already."""
+        if self._session is not None or active_session() is not None:
+            return
+        from ..api import watch_from
+
+        namespace, frame = _user_namespace()
+        session = watch_from(namespace, frame, quiet=True, **self._options)
+        figure_shown = _show_live_figure(session) if not self.quiet else False
+        if not figure_shown:
+            session.listener = VerdictTicker()
+        session.start()
+        self._session = session
+
+    def scalars(self) -> dict[str, float]:
+        """The curves' last readings and the leak rate so far (`memwatch/...`); empty before a reading."""
+        session = self.session
+        view = None if session is None else session.view
+        last = None if view is None else view.timeline.by_time.last
+        if view is None or last is None:
+            return {}
+        verdict = view.latest_verdict
+        return memory_scalars(dict(zip(COLUMNS, last)), None if verdict is None else verdict.verdict,
+                              None if verdict is None else verdict.per_step_bytes)
+
+    def finish(self, exc: BaseException | None, show: bool = True) -> Report | None:
+        """The run ended (`exc`: what ended it): its report, shown where `show`, and `final_scalars`; None
+        where no session of this run's own was running."""
+        session, self._session = self._session, None
+        if session is None:
+            return None
+        report = self.report = session.stop(exc)
+        last = None if session.view is None else session.view.timeline.by_time.last
+        self.final_scalars = {} if last is None else memory_scalars(
+            dict(zip(COLUMNS, last)), report.verdict, leak_rate(report, report.resource)
+        )
+        if show and not self.quiet:
+            _show_report(report)
+        return report
+
+    def raise_if_leak(self, report: Report, exc: BaseException | None) -> None:
+        """LeakError for a leak under `fail_on_leak`; not when the run failed (its own exception goes on)."""
+        if self.fail_on_leak and exc is None and report.verdict == "leak":
+            from ..frontends.gate import LeakError
+
+            raise LeakError(report)
+
+
+def _user_namespace() -> tuple[dict[str, Any], FrameType | None]:
+    """Where the user's names are: the notebook's, in IPython; else the running script's module."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None:
+        return shell.user_ns, None
+    main = sys.modules.get("__main__")
+    return (vars(main) if main is not None else {}), sys._getframe(2)
+
+
+def _show_live_figure(session: MemwatchSession) -> bool:
+    """The live figure under the running cell, as `%%memwatch` shows it, where this is a kernel with widgets."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    from ..frontends.magics import attach_live_figure, widgets_available
+
+    if not widgets_available(shell):
+        return False
+    attach_live_figure(shell, session)
+    return True
+
+
+def _show_report(report: Report) -> None:
+    """As `%%memwatch` shows it in a notebook (the figure and the text), else the text."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        from IPython.display import display
+
+        display(report)
+    else:
+        print(report)
