@@ -13,11 +13,11 @@ cap are extrapolated from the share of tensors walked. Either way the figures ar
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .deadline import Deadline
 from .introspect import StorageKey, tensor_storage, type_name
 from .results import RootStats
 
@@ -43,7 +43,7 @@ class GraphWalker:
     """
 
     def __init__(
-        self, torch: Any, node_cap: int, deadline: float, counted_storages: set[StorageKey], sequence_floor: int = 0
+        self, torch: Any, node_cap: int, deadline: Deadline, counted_storages: set[StorageKey], sequence_floor: int = 0
     ) -> None:
         self._sequence_floor = sequence_floor
         self._torch = torch
@@ -77,7 +77,7 @@ class GraphWalker:
         walked_tensors = walked_nodes = 0
         for entry in with_graph:
             remaining = cap - walked_nodes
-            if remaining <= 0 or time.perf_counter() > self._deadline:
+            if remaining <= 0 or self._deadline.passed():
                 break
             nodes, saved_bytes, stopped_at = self._walk_graph(entry.tensor.grad_fn, remaining, stats)
             entry.graph_nodes, entry.graph_saved_bytes = nodes, saved_bytes

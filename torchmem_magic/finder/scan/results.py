@@ -30,7 +30,7 @@ class Budget:
     Frozen: budgets are module-level constants shared by every scan that uses them.
     """
 
-    time_s: float = 1.0
+    time_s: float = 1.0  # CPU time of the scanning thread (at most 4x as long in wall time: see Deadline)
     max_objects: int = 500_000
     max_objects_per_root: int = 200_000
     max_depth: int = 24

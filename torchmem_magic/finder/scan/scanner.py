@@ -17,6 +17,7 @@ from typing import Any
 
 from ...core.model import TensorFinding
 from .autograd import GraphWalker, ReachedTensor
+from .deadline import Deadline
 from .introspect import (
     ATOMIC,
     ATOMIC_EXACT,
@@ -94,7 +95,7 @@ class Scanner:
         self.skipped = 0
         self.truncated = False
         self.notes: list[str] = []
-        self._deadline = 0.0
+        self._deadline = Deadline(0.0)
 
     def mark_seen(self, ids: Iterable[int]) -> None:
         self._visited.update(ids)
@@ -107,7 +108,7 @@ class Scanner:
 
     def _scan(self, roots: list[Root]) -> ScanResult:
         started = time.perf_counter()
-        self._deadline = started + self.budget.time_s
+        self._deadline = Deadline(self.budget.time_s)
         stats_by_name: dict[str, RootStats] = {}
         # containers before bare tensors (the `loss` of the last step also sits in `history`)
         roots = sorted(roots, key=lambda r: (_KIND_ORDER.get(r.kind, 3), self._categories.of(type(r.obj)) == TENSOR))
@@ -166,7 +167,7 @@ class Scanner:
             self.objects += 1
             stats.objects += 1
             if stats.objects > budget.max_objects_per_root or self.objects > budget.max_objects or (
-                stats.objects % 1024 == 0 and time.perf_counter() > self._deadline
+                stats.objects % 1024 == 0 and self._deadline.passed()
             ):
                 stats.truncated = self.truncated = True
                 return
@@ -200,7 +201,7 @@ class Scanner:
         if cls is list or cls is tuple or cls is dict:
             start, in_bulk = self._plain_in_bulk(obj, cls, start)
             plain_objects += in_bulk
-            if start < len(obj) and time.perf_counter() > self._deadline:
+            if start < len(obj) and self._deadline.passed():
                 stats.truncated = self.truncated = True
                 if memo is not None:
                     memo.remember(obj, plain_objects, checked=start)  # the next scan goes on from here
@@ -210,7 +211,7 @@ class Scanner:
         items = self._items(obj, cls, category, start, (path, depth, out))
         all_plain = memo is not None
         for i, (child, how, token) in enumerate(items):
-            if i & 0x3FFF == 0x3FFF and time.perf_counter() > self._deadline:  # plain data skips the checks below
+            if i & 0x3FFF == 0x3FFF and self._deadline.passed():  # plain data skips the checks below
                 stats.truncated = self.truncated = True
                 if all_plain:
                     memo.remember(obj, plain_objects, checked=start + i)  # type: ignore[union-attr]
@@ -280,7 +281,7 @@ class Scanner:
                 break
             plain += found
             start += len(chunk)
-            if time.perf_counter() > self._deadline:
+            if self._deadline.passed():
                 break
         return start, plain
 
