@@ -66,3 +66,36 @@ def test_inside_a_memwatch_cell_the_cell_session_is_the_only_one(lightning_kerne
         "make_trainer(max_epochs=2, callbacks=[callback]).fit(LitRegressor(), train)\n", timeout_s=180,
     )
     assert lightning_kernel.value("[callback.report is None, torchmem_magic.last_report().steps]") == [True, 200]
+
+
+TRANSFORMERS_TRAINER = (
+    "from torchmem_magic.integrations.transformers import MemwatchCallback\n"
+    "class Failing(transformers.Trainer):\n"
+    "    def compute_loss(self, model, inputs, **kwargs):\n"
+    "        if self.state.global_step == 30:\n"
+    "            raise RuntimeError('a bad batch')\n"
+    "        return super().compute_loss(model, inputs, **kwargs)\n"
+    "data = [{'input_ids': torch.randint(0, 100, (32,)), 'labels': torch.randint(0, 100, (32,))} for _ in range(400)]\n"
+)
+
+
+def test_a_transformers_run_that_raises_ends_its_session_with_the_cell(fresh_kernel: Kernel, tmp_path: Path) -> None:
+    """The Trainer calls no hook when its run fails: the cell's end stops the session, shows the report and puts
+    the Trainer's `log` back; the cell's own error is the one shown."""
+    fresh_kernel.ok(SETUP + FRAMEWORK_SETUP["transformers"] + TRANSFORMERS_TRAINER)
+    execution = fresh_kernel.execute(
+        f"args = transformers.TrainingArguments({str(tmp_path)!r}, per_device_train_batch_size=8, report_to=[],\n"
+        "                                      save_strategy='no', use_cpu=True, disable_tqdm=True)\n"
+        "callback = MemwatchCallback()\n"
+        "trainer = Failing(model=tiny_gpt2(), args=args, train_dataset=data, callbacks=[callback])\n"
+        "trainer.train()\n", timeout_s=180,
+    )
+    assert execution.error is not None and execution.error["evalue"] == "a bad batch"
+    shown = [m["content"]["data"] for m in execution.of_type("display_data")]
+    assert any(embedded_figure(data.get("text/html", "")) and "stopped by RuntimeError: a bad batch" in
+               data.get("text/plain", "") for data in shown), shown  # the report, with its static figure
+    state = fresh_kernel.value(
+        "[torchmem_magic.session.run.active_session() is None, callback.report.steps, callback.report.status,"
+        " 'log' in vars(trainer)]"
+    )
+    assert state == [True, 30, "error", False], state

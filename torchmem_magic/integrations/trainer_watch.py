@@ -5,6 +5,7 @@ on the training thread at its logging steps at the cost of a few lookups, and th
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -59,14 +60,18 @@ class TrainerWatch:
         self.report: Report | None = None
         self.final_scalars: dict[str, float] = {}  # the figures at the run's end, as the report judged it
         self._session: MemwatchSession | None = None
+        self._undo_end_unseen: Callable[[], None] = _nothing
+        self.at_finish: list[Callable[[], None]] = []  # what the callback undoes when the run ends, however
 
     @property
     def session(self) -> MemwatchSession | None:
         """The session the figures come from: this run's own, or the one running around it."""
         return self._session if self._session is not None else active_session()
 
-    def begin(self) -> None:
-        """The trainer's run starts (on its thread): a session of its own unless one runs already."""
+    def begin(self, end_unseen: bool = False) -> None:
+        """The trainer's run starts (on its thread): a session of its own unless one runs already. With
+        `end_unseen` (a trainer that calls no hook when its run fails), the end of the cell, or the uncaught
+        exception of a script, ends the session with that failure (see `_end_unseen`)."""
         if self._session is not None or active_session() is not None:
             return
         from ..api import watch_from
@@ -78,6 +83,8 @@ class TrainerWatch:
             session.listener = VerdictTicker()
         session.start()
         self._session = session
+        if end_unseen:
+            self._undo_end_unseen = _end_unseen(self)
 
     def scalars(self) -> dict[str, float]:
         """The curves' last readings and the leak rate so far (`memwatch/...`); empty before a reading."""
@@ -94,8 +101,12 @@ class TrainerWatch:
         """The run ended (`exc`: what ended it): its report, shown where `show`, and `final_scalars`; None
         where no session of this run's own was running."""
         session, self._session = self._session, None
+        while self.at_finish:  # also where the figures came from a session around the run
+            self.at_finish.pop()()
         if session is None:
             return None
+        undo, self._undo_end_unseen = self._undo_end_unseen, _nothing
+        undo()
         report = self.report = session.stop(exc)
         last = None if session.view is None else session.view.timeline.by_time.last
         self.final_scalars = {} if last is None else memory_scalars(
@@ -113,10 +124,50 @@ class TrainerWatch:
             raise LeakError(report)
 
 
+def _nothing() -> None:
+    pass
+
+
+def _end_unseen(watch: TrainerWatch) -> Callable[[], None]:
+    """Where a failed run calls no hook, what ends its session with that failure: in IPython, the end of the
+    cell (with the cell's error; a cell that ended well while the run did not, with none); in a script, the
+    uncaught exception, before the interpreter's own hook prints it. Returns what undoes it."""
+    shell = _shell()
+    if shell is not None:
+        def after_cell(result: Any) -> None:
+            shell.events.unregister("post_run_cell", after_cell)
+            watch._undo_end_unseen = _nothing
+            watch.finish(result.error_in_exec)
+
+        shell.events.register("post_run_cell", after_cell)
+        return lambda: shell.events.unregister("post_run_cell", after_cell)
+    previous = sys.excepthook
+
+    def uncaught(kind: type[BaseException], exc: BaseException, traceback: Any) -> None:
+        sys.excepthook = previous
+        watch._undo_end_unseen = _nothing
+        try:
+            watch.finish(exc)
+        finally:
+            previous(kind, exc, traceback)
+
+    sys.excepthook = uncaught
+
+    def undo() -> None:
+        if sys.excepthook is uncaught:
+            sys.excepthook = previous
+
+    return undo
+
+
+def _shell() -> Any:
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
 def _user_namespace() -> tuple[dict[str, Any], FrameType | None]:
     """Where the user's names are: the notebook's, in IPython; else the running script's module."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
+    shell = _shell()
     if shell is not None:
         return shell.user_ns, None
     main = sys.modules.get("__main__")
@@ -125,8 +176,7 @@ def _user_namespace() -> tuple[dict[str, Any], FrameType | None]:
 
 def _show_live_figure(session: MemwatchSession) -> bool:
     """The live figure under the running cell, as `%%memwatch` shows it, where this is a kernel with widgets."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
+    shell = _shell()
     if shell is None or getattr(shell, "kernel", None) is None:
         return False
     from ..frontends.magics import attach_live_figure, widgets_available
@@ -139,8 +189,7 @@ def _show_live_figure(session: MemwatchSession) -> bool:
 
 def _show_report(report: Report) -> None:
     """As `%%memwatch` shows it in a notebook (the figure and the text), else the text."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
+    shell = _shell()
     if shell is not None and getattr(shell, "kernel", None) is not None:
         from IPython.display import display
 

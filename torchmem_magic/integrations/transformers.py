@@ -1,0 +1,95 @@
+"""`MemwatchCallback` for the Hugging Face transformers Trainer: one line in its callbacks, nothing else to
+change.
+
+    trainer = Trainer(model, args, train_dataset=..., callbacks=[MemwatchCallback()])
+
+The session spans `train()`; its steps are the Trainer's optimizer steps (gradient accumulation counts what
+really stepped). At each of the Trainer's logging steps (`logging_steps`) the curves and the leak rate join
+its logs as `memwatch/...` keys before it records them, so `state.log_history` and every `report_to`
+integration (TensorBoard, W&B, MLflow...) get them. At the end the report is printed (shown, in a notebook)
+by the main process; `callback.report` is the same Report `last_report()` returns. The Trainer calls no hook
+when a run fails, so a run that raises ends its session at the end of the cell (in a script: as the
+uncaught exception is printed), with the report. Inside a `%%memwatch` cell no second session starts.
+Needs transformers: `pip install 'torchmem_magic[transformers]'`."""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType
+from typing import Any
+
+from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH
+from .trainer_watch import TrainerWatch
+
+EXTRA_HINT = "pip install 'torchmem_magic[transformers]'"
+
+try:
+    from transformers import Trainer, TrainerCallback
+except ImportError:
+    raise ImportError(f"torchmem_magic.integrations.transformers needs transformers: {EXTRA_HINT}") from None
+
+
+def _running_trainer() -> Any:
+    """The Trainer whose `train()` called the hook now running: the nearest frame of one of its methods."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Trainer):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+class MemwatchCallback(TrainerCallback):
+    """Watch the memory of a transformers Trainer's run (see the module's docstring).
+
+    Args:
+        interval_ms, device, quiet, shm_path, scan, guard: as `torchmem_magic.memwatch()`.
+        fail_on_leak: a leak raises LeakError once the report is out (for CI).
+    """
+
+    def __init__(
+        self, interval_ms: float = DEFAULT_INTERVAL_MS, *, device: str | int | None = None, quiet: bool = False,
+        shm_path: str = DEFAULT_SHM_PATH, scan: bool = True, guard: float | str | None = None,
+        fail_on_leak: bool = False,
+    ) -> None:
+        self._watch = TrainerWatch(interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
+                                   guard=guard, fail_on_leak=fail_on_leak)
+        self._trainer: Any = None  # the Trainer whose `log` carries the keys, while its run goes on
+
+    @property
+    def report(self) -> Any:
+        """The last run's Report (None before one ended, and for a run inside a `%%memwatch` cell)."""
+        return self._watch.report
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._watch.begin(end_unseen=True)
+        trainer = _running_trainer()
+        if trainer is not None and self._watch.session is not None:
+            self._with_our_keys(trainer)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        report = self._watch.finish(None, show=bool(state.is_world_process_zero))
+        if report is not None:
+            self._watch.raise_if_leak(report, None)
+
+    def _with_our_keys(self, trainer: Any) -> None:
+        """The Trainer's `log` adds the keys to each log of a new step before it records it: the Trainer keeps
+        its history, then calls the reporting integrations before any user callback's `on_log`."""
+        original, watch, logged = trainer.log, self._watch, [-1]
+
+        def log(logs: dict[str, float], *args: Any, **kwargs: Any) -> Any:
+            step = trainer.state.global_step
+            if step != logged[0] and watch.session is not None:
+                logs.update(watch.scalars())
+                logged[0] = step
+            return original(logs, *args, **kwargs)
+
+        trainer.log = log
+        self._trainer = trainer
+        watch.at_finish.append(self._let_go_of_log)  # also where the run failed and the cell's end ended it
+
+    def _let_go_of_log(self) -> None:
+        trainer, self._trainer = self._trainer, None
+        if trainer is not None and "log" in vars(trainer):
+            del trainer.log
