@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from watching import SCRIPTS, environment, free_port, torchrun
+from watching import SCRIPTS, environment, free_port, torchrun, watch_until
 
 from torchmem_magic.session.live_view import FanOut
 from torchmem_magic.ranks.live import RankLive
@@ -95,29 +94,23 @@ def test_a_scrape_shows_the_leaking_rank_while_the_run_goes(tmp: Path, tmp_path:
     cmd = [sys.executable, "-m", "torchmem_magic", "watch", "--status-every", "1", "--prometheus", f"127.0.0.1:{port}",
            "--", *torchrun(), "--nproc-per-node", "2", DDP, "--sleep-s", "0.01", "--wait-at", "120",
            "--wait-for", str(go), "--facts", str(tmp_path / "facts.json")]
-    watcher = subprocess.Popen(cmd, env=environment(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url, seen = f"http://127.0.0.1:{port}/metrics", {}
-    try:
-        deadline = time.monotonic() + 240  # a guard against a hang, not a timing assumption
-        while watcher.poll() is None and time.monotonic() < deadline:
-            try:
-                seen = _scrape(url)
-            except (urllib.error.URLError, ConnectionError):
-                seen = {}
-            verdicts = seen.get("torchmem_magic_rank_verdict", {})
-            # each rank is rejudged on its own 1 s period, so the clean rank's verdict may still be the
-            # one from before its 30th step when the leaking rank's first leak shows: wait for both
-            if verdicts.get("1") == 2.0 and verdicts.get("0", -1.0) != -1.0:
-                go.touch()  # the leaking rank, waiting at step 120 (the clean one with it), goes on
-                break
-            time.sleep(0.2)
-        out, err = watcher.communicate(timeout=240)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.communicate()
+
+    def leak_shown() -> bool:
+        nonlocal seen
+        try:
+            seen = _scrape(url)
+        except (urllib.error.URLError, ConnectionError):
+            seen = {}
+        verdicts = seen.get("torchmem_magic_rank_verdict", {})
+        # each rank is rejudged on its own 1 s period, so the clean rank's verdict may still be the one from
+        # before its 30th step when the leaking rank's first leak shows: wait for both (the leaking rank,
+        # waiting at step 120, and the clean one with it, then go on)
+        return verdicts.get("1") == 2.0 and verdicts.get("0", -1.0) != -1.0
+
+    returncode, out, err = watch_until(cmd, environment(tmp), go, leak_shown)
     assert go.exists(), (seen, err[-3000:])
-    assert watcher.returncode == 0, err[-3000:]
+    assert returncode == 0, err[-3000:]
     assert seen["torchmem_magic_rank_verdict"]["0"] == 0.0, (seen, err[-3000:])
     assert seen["torchmem_magic_rank_growth_bytes_per_step"]["1"] > 32 * 1024  # ~66 KiB a step kept
     assert seen["torchmem_magic_rank_up"] == {"0": 1.0, "1": 1.0}

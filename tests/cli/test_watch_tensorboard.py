@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from watching import SCRIPTS, environment, torchrun
+from watching import SCRIPTS, environment, torchrun, watch_until
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -32,23 +31,16 @@ def test_each_rank_is_a_run_whose_leak_shows_while_the_command_goes(tmp: Path, t
     cmd = [sys.executable, "-m", "torchmem_magic", "watch", "--status-every", "0", "--tensorboard", str(logs),
            "--", *torchrun(), "--nproc-per-node", "2", DDP, "--steps", "200", "--sleep-s", "0.01", "--wait-at", "120",
            "--wait-for", str(go), "--facts", str(tmp_path / "facts.json")]
-    watcher = subprocess.Popen(cmd, env=environment(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[str, list[tuple[int, float]]] = {}
-    try:
-        deadline = time.monotonic() + 240  # a guard against a hang, not a timing assumption
-        while watcher.poll() is None and time.monotonic() < deadline:
-            seen = _scalars(logs / "rank1")
-            if seen.get(GROWTH) and seen[GROWTH][-1][1] > 0:
-                go.touch()  # the leaking rank, waiting at step 120, goes on
-                break
-            time.sleep(0.5)
-        out, err = watcher.communicate(timeout=240)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.communicate()
+
+    def leak_shown() -> bool:
+        nonlocal seen
+        seen = _scalars(logs / "rank1")
+        return bool(seen.get(GROWTH)) and seen[GROWTH][-1][1] > 0  # the leaking rank waits at step 120 till then
+
+    returncode, out, err = watch_until(cmd, environment(tmp), go, leak_shown, poll_s=0.5)
     assert go.exists(), (seen, err[-3000:])
-    assert watcher.returncode == 0, err[-3000:]
+    assert returncode == 0, err[-3000:]
     assert "verdict: leak (worst rank: 1)" in out
     assert sorted(p.name for p in logs.iterdir()) == ["rank0", "rank1"]
     leaking, clean = _scalars(logs / "rank1"), _scalars(logs / "rank0")

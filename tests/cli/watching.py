@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torchmem_magic
@@ -56,3 +58,25 @@ def leftovers(tmp: Path) -> list[str]:
 def load(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def watch_until(
+    cmd: list[str], env: dict[str, str], go: Path, ready: Callable[[], bool], poll_s: float = 0.2
+) -> tuple[int, str, str]:
+    """Run the watcher `cmd` while its command waits for the file `go`: `ready()` is asked every `poll_s`
+    until it says the run showed what the test waits for, then `go` is created and the command goes on.
+    (returncode, stdout, stderr); a four-minute guard against a hang, not a timing assumption."""
+    watcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while watcher.poll() is None and time.monotonic() < deadline:
+            if ready():
+                go.touch()
+                break
+            time.sleep(poll_s)
+        out, err = watcher.communicate(timeout=240)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
+    return watcher.returncode, out, err

@@ -13,7 +13,7 @@ from torchmem_magic.core.model import MemcheckData, RamSummary, RankSummary, Rep
 from torchmem_magic.report.assemble import assemble_report
 from torchmem_magic.report.saved import report_from_dict
 from torchmem_magic.finder.scan.results import RootStats
-from torchmem_magic.finder.suspects import suspects_from_stats
+from torchmem_magic.finder.suspects import grown_place, suspects_from_stats
 
 RAM = RamSummary(1 << 30, 1 << 30, 1 << 30, None, 64 << 30, "system")
 
@@ -82,3 +82,17 @@ def test_a_saved_report_read_back_is_largest_first() -> None:
     assert [s["name"] for s in data["suspects"]] == ["small", "large"]
     loaded = report_from_dict(json.loads(json.dumps(data)))
     assert [s.name for s in loaded.suspects] == ["large", "small"] and is_largest_first(loaded.suspects)
+
+
+def test_a_containers_many_small_items_outgrow_one_larger_place_filled_once() -> None:
+    """A LightningModule whose list of (embedding, label) pairs grew by 50 items of 258 KiB, and whose
+    optimizer's state (one place of 676 KiB) was filled at the first step: the holder is named at the list."""
+    stats = RootStats("model", "user", "model", "Embedder")
+    stats.places["model._trainer.optimizers[0].state[<Parameter>]"] = 692_376
+    stats.places["model._trainer.dataset.tensors"] = 1_081_344
+    for i in range(50):
+        stats.places[f"model.validation_step_outputs[{i}]"] = 264_192
+    before = {"model._trainer.dataset.tensors": 1_081_344}
+    assert grown_place(stats, before) == "model.validation_step_outputs[49]"
+    assert grown_place(stats, {**before, **{f"model.validation_step_outputs[{i}]": 264_192 for i in range(50)}}) == (
+        "model._trainer.optimizers[0].state[<Parameter>]")  # the list was that full already: the state grew

@@ -77,7 +77,7 @@ def test_the_version_lives_in_one_place_and_the_metadata_is_complete(built: Buil
     assert tested <= set(fields["Classifier"])
     requirements = fields["Requires-Dist"]
     assert not [r for r in requirements if r.startswith("torch")]  # the user's own torch build is never replaced
-    assert set(fields["Provides-Extra"]) == {"lab", "nvml", "prometheus"}  # the contributors' tools are not published
+    assert set(fields["Provides-Extra"]) == {"lab", "nvml", "prometheus", "tensorboard", "lightning", "transformers"}  # not the contributors' tools
     assert fields["Description-Content-Type"] == ["text/markdown"]
 
 

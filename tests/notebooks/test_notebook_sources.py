@@ -31,7 +31,7 @@ SOURCES = builder.sources(NOTEBOOKS)
 
 
 def test_every_notebook_has_its_source_and_every_source_its_notebook() -> None:
-    assert [p.name[:2] for p in SOURCES] == ["01", "02", "03", "04", "05", "06", "07"], SOURCES
+    assert [p.name[:2] for p in SOURCES] == ["01", "02", "03", "04", "05", "06", "07", "08"], SOURCES
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == [p.stem for p in SOURCES]
 
 

@@ -196,3 +196,19 @@ def test_kernel_death_notebook_shows_the_guard_stopping_the_leak_and_a_killed_ru
     assert "outputs (autograd-graph)" in last and "fix: outputs.append(out.detach())" in last, last
     killed, cleared = _text(nb.cells[-1]).splitlines()
     assert killed.startswith("killed ") and killed.endswith("['outputs']") and cleared == "cleared 1", (killed, cleared)
+
+
+def test_lightning_notebook_names_the_modules_list_logs_the_curves_and_the_fix_is_clean() -> None:
+    nb = _execute("08_a_leak_inside_a_lightningmodule.ipynb")
+    leaky, fixed = (c for c in nb.cells if c.cell_type == "code" and "trainer.fit(" in c.source)
+    kinds = [o.get("data", {}).keys() for o in leaky.outputs]
+    assert any("application/vnd.jupyter.widget-view+json" in k for k in kinds), "live figure under the fit cell"
+    leaky_text, fixed_text = _text(leaky), _text(fixed)
+    assert "prototype accuracy after the last epoch" in leaky_text  # it really trained
+    assert "verdict: leak" in leaky_text and "per-epoch leak in heap" in leaky_text, leaky_text
+    assert "e.g. model.validation_step_outputs[" in leaky_text, leaky_text
+    assert "verdict: clean" in fixed_text and "holders of tensors" not in fixed_text, fixed_text
+    logged = [_text(c) for c in nb.cells if c.cell_type == "code" and 'memwatch_rows("' in c.source]
+    leaky_rows, fixed_rows = (re.findall(r"step +(\d+): heap +([\d.]+) MiB · growth/step (\S+)", t) for t in logged)
+    assert leaky_rows[-1][0] == "512" and float(leaky_rows[-1][2]) > 16 * 1024, leaky_rows  # the report's rate
+    assert fixed_rows and all(growth in ("-", "0.0") for _, _, growth in fixed_rows), fixed_rows

@@ -128,11 +128,23 @@ def suspects_from_stats(
 
 
 def grown_place(stats: RootStats, before: dict[str, int] | None) -> str | None:
-    """Where a holder's tensors grew most since `before` (its places then), or its largest place."""
+    """Where a holder's tensors grew most since `before` (its places then). The items of one container
+    (places that differ in their last index only: a list of `(embedding, label)` pairs) grew together,
+    so they count as one, named at the last of its items the scan met: hundreds of small items outgrow
+    one larger place filled once (an optimizer's state)."""
     earlier = before or {}
-    growth = {place: nbytes - earlier.get(place, 0) for place, nbytes in stats.places.items()}
-    place = max(growth, key=lambda p: (growth[p], p), default=None)
-    return place if place is not None and growth[place] > 0 else None
+    grown: dict[str, tuple[int, str]] = {}  # container (or the place itself) -> (its growth, its last item)
+    for place, nbytes in stats.places.items():
+        container = _items_container(place)
+        total, _ = grown.get(container, (0, place))
+        grown[container] = (total + nbytes - earlier.get(place, 0), place)
+    most = max(grown, key=lambda c: (grown[c][0], c), default=None)
+    return grown[most][1] if most is not None and grown[most][0] > 0 else None
+
+
+def _items_container(place: str) -> str:
+    """The container whose item `place` is (`a.items[3]` -> `a.items`), or the place itself."""
+    return place[:place.rindex("[")] if place.endswith("]") and "[" in place else place
 
 
 def growing_suspect(
