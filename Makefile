@@ -149,10 +149,12 @@ test: setup floors ipykernel70 core browser-deps
 docs: setup
 	$(BIN)/python -m mkdocs build --strict --site-dir site
 
-# the browser test that runs a leaking cell in JupyterLab writes its live-figure and report pictures there
+# the browser tests that run a leaking cell in JupyterLab, and open a leaking loop's scalars in TensorBoard,
+# write the pictures the docs show there
 screenshots: setup browser-deps
 	TORCHMEM_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser/test_lab_live_figure.py \
 		-k curves_grow_while_the_cell_is_busy
+	TORCHMEM_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser/test_tensorboard_scalars.py
 
 # ipyexperiments requires the `pynvml` package, now a deprecated shim over nvidia-ml-py (installed with it,
 # same module) that warns on every `import pynvml`: torch's and our own NVML imports would then warn, and the
