@@ -100,6 +100,22 @@ def test_the_extras_name_what_users_need(user_env: UserEnvironment) -> None:
     assert would == {"nvidia-ml-py"}, would
 
 
+def test_the_integrations_come_with_the_wheel_and_name_their_extra(user_env: UserEnvironment) -> None:
+    """The trainers' callbacks are in the wheel; where the user has no Lightning, importing its callback says, in
+    one line, which extra to install; `[tensorboard]` would add tensorboard and leave torch as it is."""
+    code = ("import torchmem_magic.integrations.tensorboard\n"
+            "try:\n    import torchmem_magic.integrations.lightning\nexcept ImportError as e:\n    print(e)\n")
+    done = run([str(user_env.python), "-c", code], cwd=user_env.work)
+    assert done.stdout.strip() == (
+        "torchmem_magic.integrations.lightning needs Lightning: pip install 'torchmem_magic[lightning]'"
+    ), done.stdout
+    report = user_env.work / "tensorboard.json"
+    run([str(user_env.python), "-m", "pip", "install", "--quiet", "--dry-run", "--report", str(report),
+         "torchmem_magic[tensorboard]"], cwd=user_env.work)
+    would = {item["metadata"]["name"] for item in json.loads(report.read_text())["install"]}
+    assert "tensorboard" in would and "torch" not in would, would
+
+
 @pytest.fixture(scope="module")
 def user_kernel(user_env: UserEnvironment) -> Iterator[Kernel]:
     k = start_user_kernel(user_env)
