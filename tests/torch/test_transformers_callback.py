@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,19 @@ from torchmem_magic.session.run import active_session  # noqa: E402
 HEAP, GROWTH = "memwatch/heap_bytes", "memwatch/growth_bytes_per_step"
 
 
+#: the step the runs wait at until the sampler thread has worked out a live verdict (it does once a second at
+#: most): the logging steps after it carry the leak rate, however fast the machine runs the steps before it
+VERDICT_BY_STEP = 100
+
+
+def _wait_for_a_live_verdict() -> None:
+    session = active_session()
+    deadline = time.monotonic() + 60  # a guard against a hang, not a timing assumption
+    while session is not None and session.view is not None and session.view.latest_verdict is None:
+        assert time.monotonic() < deadline, "no live verdict in a minute"
+        time.sleep(0.01)
+
+
 class KeepingTrainer(transformers.Trainer):
     """Keeps every step's logits (a perplexity at the end, say), never cleared: 8 x 32 x 100 floats, 100 KiB."""
 
@@ -34,6 +48,8 @@ class KeepingTrainer(transformers.Trainer):
         self.keep, self.kept_logits = keep, []
 
     def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, **kwargs: Any) -> Any:
+        if self.state.global_step == VERDICT_BY_STEP:
+            _wait_for_a_live_verdict()
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)
         if self.keep:
             self.kept_logits.append(outputs.logits.detach())

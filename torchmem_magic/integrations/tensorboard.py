@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.resources import by_key
-from ..core.timeline import COLUMNS
 from ..report.rates import leak_rate
 from ..report.scalars import memory_scalars
 
@@ -75,10 +74,10 @@ class ScalarLog:
             self._writer = None
 
     def _write(self, view: LiveView, step: int, verdict: str | None, per_step_bytes: float | None) -> None:
-        writer, last = self._writer, view.timeline.by_time.last
-        if writer is None or last is None:
+        writer, reading = self._writer, view.last_reading
+        if writer is None or reading is None:
             return
-        for tag, value in memory_scalars(dict(zip(COLUMNS, last)), verdict, per_step_bytes).items():
+        for tag, value in memory_scalars(reading, verdict, per_step_bytes).items():
             writer.add_scalar(tag, value, global_step=step)
             self.writes += 1
         self._logged_step = step

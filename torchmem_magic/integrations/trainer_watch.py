@@ -10,7 +10,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
-from ..core.timeline import COLUMNS
 from ..report.rates import leak_rate
 from ..report.scalars import memory_scalars
 from ..session.run import MemwatchSession, active_session
@@ -19,13 +18,14 @@ if TYPE_CHECKING:
     from ..render.results import Report
     from ..session.live_view import LiveView
 
-#: how often the live verdict (and with it the logged growth) is worked out, on the sampler thread
-VERDICT_PERIOD_S = 1.0
+#: how often the sampler thread asks for the live verdict (it is worked out again once a second at most): the
+#: first comes this soon after the steps are enough to judge
+VERDICT_PERIOD_S = 0.25
 
 
 class VerdictTicker:
-    """A session's listener where no live figure works out the verdict: the sampler thread does, once a
-    second, so that the training thread only reads it."""
+    """A session's listener where no live figure works out the verdict: the sampler thread does, so that the
+    training thread only reads it (the logged growth)."""
 
     tick_period_s = VERDICT_PERIOD_S
     tick_cpu_share: float | None = None
@@ -43,8 +43,7 @@ class TrainerWatch:
 
     Args:
         quiet: no report printed (or shown) at the end; `report` has it all the same.
-        fail_on_leak: a run whose verdict is leak raises LeakError once its report is out (for CI).
-        show: whether this process shows the report (a trainer's rank 0 does, the other ranks do not).
+        fail_on_leak: `raise_if_leak` raises LeakError for a leak (for CI).
     """
 
     def __init__(
@@ -90,16 +89,16 @@ class TrainerWatch:
         """The curves' last readings and the leak rate so far (`memwatch/...`); empty before a reading."""
         session = self.session
         view = None if session is None else session.view
-        last = None if view is None else view.timeline.by_time.last
-        if view is None or last is None:
+        reading = None if view is None else view.last_reading
+        if view is None or reading is None:
             return {}
         verdict = view.latest_verdict
-        return memory_scalars(dict(zip(COLUMNS, last)), None if verdict is None else verdict.verdict,
+        return memory_scalars(reading, None if verdict is None else verdict.verdict,
                               None if verdict is None else verdict.per_step_bytes)
 
     def finish(self, exc: BaseException | None, show: bool = True) -> Report | None:
-        """The run ended (`exc`: what ended it): its report, shown where `show`, and `final_scalars`; None
-        where no session of this run's own was running."""
+        """The run ended (`exc`: what ended it): its report, shown where `show` (a trainer's rank 0 shows
+        it, its other ranks do not), and `final_scalars`; None where no session of this run's own ran."""
         session, self._session = self._session, None
         while self.at_finish:  # also where the figures came from a session around the run
             self.at_finish.pop()()
@@ -108,9 +107,9 @@ class TrainerWatch:
         undo, self._undo_end_unseen = self._undo_end_unseen, _nothing
         undo()
         report = self.report = session.stop(exc)
-        last = None if session.view is None else session.view.timeline.by_time.last
-        self.final_scalars = {} if last is None else memory_scalars(
-            dict(zip(COLUMNS, last)), report.verdict, leak_rate(report, report.resource)
+        reading = None if session.view is None else session.view.last_reading
+        self.final_scalars = {} if reading is None else memory_scalars(
+            reading, report.verdict, leak_rate(report, report.resource)
         )
         if show and not self.quiet:
             _show_report(report)

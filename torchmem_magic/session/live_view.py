@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
 from ..core.model import Clock, DeviceMemory, LiveStatus, RankSummary, Suspect
+from ..core.timeline import COLUMNS
 from ..report.assemble import diagnose
 from ..report.live_status import LIVE_VERDICT_ROWS, LIVE_VERDICT_STEPS, live_status, short_verdict
 from ..analysis.findings import Diagnosis
@@ -283,6 +284,12 @@ class LiveView:
         grown = [f.net_growth_bytes for f in diagnosis.findings if f.resource == diagnosis.resource]
         if grown and grown[0] > 0:
             self._finder.want_search(grown[0])
+
+    @property
+    def last_reading(self) -> dict[str, float] | None:
+        """The last background reading by column (None before the first): any thread may ask."""
+        last = self.timeline.by_time.last
+        return None if last is None else dict(zip(COLUMNS, last))
 
     @property
     def latest_verdict(self) -> Diagnosis | None:
