@@ -99,3 +99,25 @@ def test_a_transformers_run_that_raises_ends_its_session_with_the_cell(fresh_ker
         " 'log' in vars(trainer)]"
     )
     assert state == [True, 30, "error", False], state
+
+
+def test_a_transformers_run_that_raises_inside_a_memwatch_cell_leaves_the_trainer_as_it_was(
+    fresh_kernel: Kernel, tmp_path: Path,
+) -> None:
+    """Inside a `%%memwatch` cell the cell's session reports; the callback's wrap of the Trainer's `log` still
+    goes when the failed run's cell ends."""
+    fresh_kernel.ok(SETUP + FRAMEWORK_SETUP["transformers"] + TRANSFORMERS_TRAINER)
+    execution = fresh_kernel.execute(
+        "%%memwatch -q\n"
+        f"args = transformers.TrainingArguments({str(tmp_path)!r}, per_device_train_batch_size=8, report_to=[],\n"
+        "                                      save_strategy='no', use_cpu=True, disable_tqdm=True)\n"
+        "callback = MemwatchCallback()\n"
+        "trainer = Failing(model=tiny_gpt2(), args=args, train_dataset=data, callbacks=[callback])\n"
+        "trainer.train()\n", timeout_s=180,
+    )
+    assert execution.error is not None and execution.error["evalue"] == "a bad batch"
+    state = fresh_kernel.value(
+        "[torchmem_magic.session.run.active_session() is None, callback.report is None,"
+        " torchmem_magic.last_report().steps, 'log' in vars(trainer)]"
+    )
+    assert state == [True, True, 30, False], state

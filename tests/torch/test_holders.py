@@ -298,3 +298,26 @@ def test_the_end_scan_is_the_last_point_of_a_holder_whose_scans_stopped_early() 
     jumps = {"kept": [(s, (s // 40) * (20 << 20)) for s in (41, 60, 81, 100, 121, 140, 161)]}
     assert holder_trend("kept", jumps["kept"]).growing  # its own scans say where it jumped: no point added
     assert with_end_points(jumps, [stats("kept", 100 << 20)], last_step=200) == jumps
+
+
+def test_a_holder_its_scans_cannot_judge_yet_is_named_by_the_container_that_filled() -> None:
+    """A short run's scans: the baseline, one scan, then the end's figure (a step clock that changed, a quarter
+    of the run between scans). Three points are too few to call a trend either way, so the holder is judged as
+    one the scans did not measure: a container inside it filled with >= 1 MiB of tensors during the run."""
+    from torchmem_magic.finder.leak_finder import LeakFinder, LeakSearch
+    from torchmem_magic.finder.scan.memo import ScanMemo
+
+    class Trainer:
+        def __init__(self) -> None:
+            self.model = torch.nn.Linear(64, 64)
+            self.kept_logits: list[torch.Tensor] = []
+
+    trainer = Trainer()
+    finder = LeakFinder(LeakSearch(lambda: [Root("trainer", "user", "trainer", trainer)]), ScanMemo(), True)
+    finder.start()
+    trainer.kept_logits.append(torch.ones(25_600))  # 100 KiB at the first step
+    finder.scan(1)
+    trainer.kept_logits.extend(torch.ones(25_600) for _ in range(159))  # 16 MiB by the end, step 160
+    found = finder.finish(True, last_step=160)
+    finder.close()
+    assert [s.name for s in found] == ["trainer"] and found[0].path.startswith("trainer.kept_logits"), found

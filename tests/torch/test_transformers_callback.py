@@ -85,6 +85,7 @@ def test_a_leak_is_named_and_its_keys_are_in_the_history_and_in_tensorboard(tmp_
     trainer = _train(tmp_path, callback, keep=True)
     report = callback.report
     assert report is torchmem_magic.last_report() and report.verdict == "leak" and report.steps == 160
+    assert report.suspects, str(report)
     top = report.suspects[0]
     assert top.name == "trainer" and top.path.startswith("trainer.kept_logits"), report.suspects
     heap = _history(trainer, HEAP)

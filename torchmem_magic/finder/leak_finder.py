@@ -369,12 +369,12 @@ class LeakFinder:
         for stats in measured:
             if stats.name in named or stats.kind != "user":
                 continue
-            points = series.get(stats.name, [])
-            measured_often = len(points) > 2  # the baseline and a scan or two say nothing of a trend
-            if measured_often and not holder_trend(stats.name, points).growing:
+            # a series too short to judge (the baseline, a scan, the end) is no "bounded": judged as unmeasured
+            trend = holder_trend(stats.name, series.get(stats.name, []))
+            if trend.bounded:
                 continue
             before = self._places_before.get(stats.name)
-            suspect = growing_suspect(stats, self.sources, self._baseline, before, growing=measured_often)
+            suspect = growing_suspect(stats, self.sources, self._baseline, before, growing=trend.growing)
             if suspect is not None:
                 found.append(suspect)
         return found

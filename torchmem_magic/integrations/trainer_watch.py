@@ -71,8 +71,14 @@ class TrainerWatch:
         """The trainer's run starts (on its thread): a session of its own unless one runs already. With
         `end_unseen` (a trainer that calls no hook when its run fails), the end of the cell, or the uncaught
         exception of a script, ends the session with that failure (see `_end_unseen`)."""
-        if self._session is not None or active_session() is not None:
+        if self._session is not None:
             return
+        if active_session() is None:
+            self._session = self._started_session()
+        if end_unseen and self._undo_end_unseen is _nothing:  # also inside a session: `at_finish` must run
+            self._undo_end_unseen = _end_unseen(self)
+
+    def _started_session(self) -> MemwatchSession:
         from ..api import watch_from
 
         namespace, frame = _user_namespace()
@@ -81,9 +87,7 @@ class TrainerWatch:
         if not figure_shown:
             session.listener = VerdictTicker()
         session.start()
-        self._session = session
-        if end_unseen:
-            self._undo_end_unseen = _end_unseen(self)
+        return session
 
     def scalars(self) -> dict[str, float]:
         """The curves' last readings and the leak rate so far (`memwatch/...`); empty before a reading."""
@@ -100,12 +104,12 @@ class TrainerWatch:
         """The run ended (`exc`: what ended it): its report, shown where `show` (a trainer's rank 0 shows
         it, its other ranks do not), and `final_scalars`; None where no session of this run's own ran."""
         session, self._session = self._session, None
+        undo, self._undo_end_unseen = self._undo_end_unseen, _nothing
+        undo()
         while self.at_finish:  # also where the figures came from a session around the run
             self.at_finish.pop()()
         if session is None:
             return None
-        undo, self._undo_end_unseen = self._undo_end_unseen, _nothing
-        undo()
         report = self.report = session.stop(exc)
         reading = None if session.view is None else session.view.last_reading
         self.final_scalars = {} if reading is None else memory_scalars(
