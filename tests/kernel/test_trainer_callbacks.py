@@ -79,17 +79,22 @@ TRANSFORMERS_TRAINER = (
 )
 
 
+def _failing_run(out: Path) -> str:
+    """A cell that trains a `Failing` Trainer with the callback, writing under `out`."""
+    return (
+        f"args = transformers.TrainingArguments({str(out)!r}, per_device_train_batch_size=8, report_to=[],\n"
+        "                                      save_strategy='no', use_cpu=True, disable_tqdm=True)\n"
+        "callback = MemwatchCallback()\n"
+        "trainer = Failing(model=tiny_gpt2(), args=args, train_dataset=data, callbacks=[callback])\n"
+        "trainer.train()\n"
+    )
+
+
 def test_a_transformers_run_that_raises_ends_its_session_with_the_cell(fresh_kernel: Kernel, tmp_path: Path) -> None:
     """The Trainer calls no hook when its run fails: the cell's end stops the session, shows the report and puts
     the Trainer's `log` back; the cell's own error is the one shown."""
     fresh_kernel.ok(SETUP + FRAMEWORK_SETUP["transformers"] + TRANSFORMERS_TRAINER)
-    execution = fresh_kernel.execute(
-        f"args = transformers.TrainingArguments({str(tmp_path)!r}, per_device_train_batch_size=8, report_to=[],\n"
-        "                                      save_strategy='no', use_cpu=True, disable_tqdm=True)\n"
-        "callback = MemwatchCallback()\n"
-        "trainer = Failing(model=tiny_gpt2(), args=args, train_dataset=data, callbacks=[callback])\n"
-        "trainer.train()\n", timeout_s=180,
-    )
+    execution = fresh_kernel.execute(_failing_run(tmp_path), timeout_s=180)
     assert execution.error is not None and execution.error["evalue"] == "a bad batch"
     shown = [m["content"]["data"] for m in execution.of_type("display_data")]
     assert any(embedded_figure(data.get("text/html", "")) and "stopped by RuntimeError: a bad batch" in
@@ -107,14 +112,7 @@ def test_a_transformers_run_that_raises_inside_a_memwatch_cell_leaves_the_traine
     """Inside a `%%memwatch` cell the cell's session reports; the callback's wrap of the Trainer's `log` still
     goes when the failed run's cell ends."""
     fresh_kernel.ok(SETUP + FRAMEWORK_SETUP["transformers"] + TRANSFORMERS_TRAINER)
-    execution = fresh_kernel.execute(
-        "%%memwatch -q\n"
-        f"args = transformers.TrainingArguments({str(tmp_path)!r}, per_device_train_batch_size=8, report_to=[],\n"
-        "                                      save_strategy='no', use_cpu=True, disable_tqdm=True)\n"
-        "callback = MemwatchCallback()\n"
-        "trainer = Failing(model=tiny_gpt2(), args=args, train_dataset=data, callbacks=[callback])\n"
-        "trainer.train()\n", timeout_s=180,
-    )
+    execution = fresh_kernel.execute("%%memwatch -q\n" + _failing_run(tmp_path), timeout_s=180)
     assert execution.error is not None and execution.error["evalue"] == "a bad batch"
     state = fresh_kernel.value(
         "[torchmem_magic.session.run.active_session() is None, callback.report is None,"

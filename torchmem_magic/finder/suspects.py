@@ -135,16 +135,11 @@ def grown_place(stats: RootStats, before: dict[str, int] | None) -> str | None:
     earlier = before or {}
     grown: dict[str, tuple[int, str]] = {}  # container (or the place itself) -> (its growth, its last item)
     for place, nbytes in stats.places.items():
-        container = _items_container(place)
+        container = container_path(place)
         total, _ = grown.get(container, (0, place))
         grown[container] = (total + nbytes - earlier.get(place, 0), place)
     most = max(grown, key=lambda c: (grown[c][0], c), default=None)
     return grown[most][1] if most is not None and grown[most][0] > 0 else None
-
-
-def _items_container(place: str) -> str:
-    """The container whose item `place` is (`a.items[3]` -> `a.items`), or the place itself."""
-    return place[:place.rindex("[")] if place.endswith("]") and "[" in place else place
 
 
 def growing_suspect(
@@ -166,7 +161,7 @@ def growing_suspect(
     if fixes.kept_until_reset(stats, place):
         fix = fixes.reset_fix(stats.name)
     else:
-        fix = fixes.grown_place_fix(place, stats.scalar_tensors == stats.tensors, sources)
+        fix = fixes.grown_place_fix(container_path(place), stats.scalar_tensors == stats.tensors, sources)
     before_bytes = baseline.get(stats.name)
     return Suspect(
         name=stats.name, path=place, kind="tensor-cache", tensors=stats.tensors, graph_nodes=stats.graph_nodes,
