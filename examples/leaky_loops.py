@@ -899,6 +899,9 @@ FRAMEWORKS = {
 
 #: growth that stops, and growth that starts late or pauses: name -> (cell body, verdict, the holder it names:
 #: first among the suspects for a leak; as the cache that filled, in the advice, for a clean loop)
+#: the step where the curves must say a growth shape's leak began (where its steps are sampled densely)
+GROWTH_BEGINS_AT = {"leak_starts_late_in_20ms_steps": 180}
+
 GROWTH_SHAPES = {
     # a per-sample memo (16 KiB a sample, 31 MiB in all) filled during the first of four epochs, then reused
     "per_sample_memo_filled_in_first_epoch": (
@@ -919,6 +922,16 @@ GROWTH_SHAPES = {
         "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); kept = []\n"
         "for step in range(300):\n"
         "    train_step(model, opt, torch.randn(32, 64))\n"
+        "    if step >= 180:\n"
+        "        kept.append(model(torch.randn(128, 64)))\n",
+        "leak", "kept",
+    ),
+    # the same, in steps of 20 ms (a real model's): sampled densely enough for the curves to show the ramp
+    "leak_starts_late_in_20ms_steps": (
+        "import time\n"
+        "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3); kept = []\n"
+        "for step in range(300):\n"
+        "    train_step(model, opt, torch.randn(32, 64)); time.sleep(0.02)\n"
         "    if step >= 180:\n"
         "        kept.append(model(torch.randn(128, 64)))\n",
         "leak", "kept",

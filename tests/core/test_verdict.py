@@ -582,10 +582,89 @@ def test_the_shapes_of_growth_are_named_rules_and_each_can_be_switched_off(monke
     (a line through the jumps) and are a per-iteration leak; with every shape off they are clean."""
     from torchmem_magic.analysis import verdict
 
-    assert [rule.__name__ for rule in verdict.SHAPE_RULES] == ["_per_epoch", "_sporadic", "_per_iteration"]
+    assert [rule.__name__ for rule in verdict.SHAPE_RULES] == [
+        "_per_epoch", "_sporadic", "_filled_then_flat", "_started_late", "_per_iteration"]
     values = _jumps_every_40th_step()
     assert analyse(series(values)).leak_kind == "sporadic"
     monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in verdict.SHAPE_RULES if r.__name__ != "_sporadic"))
     assert (analyse(series(values)).verdict, analyse(series(values)).leak_kind) == ("leak", "per-iteration")
     monkeypatch.setattr(verdict, "SHAPE_RULES", ())
     assert analyse(series(values)).verdict == "clean"
+
+
+def _late(steps: list[float], seed: int, start_share: float, second_ramp_from: float | None = None) -> Series:
+    """Flat, then 256 KiB kept per step from `start_share` of the run on (or a ramp, a pause from
+    `start_share`, and a second ramp from `second_ramp_from`)."""
+    rng = random.Random(seed)
+    n = steps[-1]
+    if second_ramp_from is None:
+        grown = [max(0.0, s - start_share * n) for s in steps]
+    else:
+        grown = [min(s, start_share * n) + max(0.0, s - second_ramp_from * n) for s in steps]
+    return Series("heap", steps, [BASE + 256 * 1024 * g + rng.gauss(0, 128 * 1024) for g in grown])
+
+
+@pytest.mark.parametrize("thinned", [False, True], ids=["every-step", "thinned"])
+@pytest.mark.parametrize("start_share", [0.3, 0.5, 0.7])
+def test_a_leak_that_starts_late_is_a_leak_from_where_it_began(thinned: bool, start_share: float) -> None:
+    """A line through a hockey stick fits so badly that its residuals hid the rise: a leak that began
+    half-way was called clean. The part after the hinge is judged alone: its rate, and where it began."""
+    steps = _thinned(400) if thinned else [float(s) for s in range(1, 401)]
+    for seed in range(4):
+        d = decide([_late(steps, seed, start_share)])
+        assert (d.verdict, d.leak_kind) == ("leak", "per-iteration"), (seed, advice_lines(d.advice))
+        assert d.per_step_bytes == pytest.approx(256 * 1024, rel=0.15), seed
+        finding = d.findings[0]
+        if finding.started_at_step is not None:  # an early start is a line through the whole run
+            assert finding.started_at_step == pytest.approx(start_share * 400, abs=0.1 * 400), seed
+            assert f"since step {finding.started_at_step:,.0f}" in advice_lines(d.advice)[0]
+    assert decide([_late(steps, 0, 0.7)]).findings[0].started_at_step is not None
+
+
+@pytest.mark.parametrize("thinned", [False, True], ids=["every-step", "thinned"])
+def test_a_pause_between_two_ramps_does_not_hide_them(thinned: bool) -> None:
+    steps = _thinned(400) if thinned else [float(s) for s in range(1, 401)]
+    for seed in range(4):
+        d = decide([_late(steps, seed, 0.3, second_ramp_from=0.7)])
+        assert d.verdict == "leak", (seed, advice_lines(d.advice))
+
+
+@pytest.mark.parametrize("thinned", [False, True], ids=["every-step", "thinned"])
+def test_a_cache_that_filled_part_way_and_stayed_flat_as_long_is_clean(thinned: bool) -> None:
+    """Flat, a fill over steps 120-240, then flat for the 160 steps left (longer than the fill): growth that
+    stopped, also where a slow drift of 4 KiB/step stays within its band."""
+    steps = _thinned(400) if thinned else [float(s) for s in range(1, 401)]
+    for seed in range(4):
+        rng = random.Random(seed)
+        values = [BASE + 256 * 1024 * min(max(0.0, s - 120), 120) + 4096 * s + rng.gauss(0, 128 * 1024)
+                  for s in steps]
+        d = decide([Series("heap", steps, values)])
+        assert d.verdict == "clean", (seed, advice_lines(d.advice))
+
+
+def test_the_late_and_the_stopped_rules_can_each_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without `_started_late` a leak that began half-way is clean again; without `_filled_then_flat` a
+    cache filled part-way is a per-iteration leak (the line through it rises)."""
+    from torchmem_magic.analysis import verdict
+
+    steps = [float(s) for s in range(1, 401)]
+    late = _late(steps, 1, 0.5)
+    rng = random.Random(1)
+    filled = Series("heap", steps, [BASE + 256 * 1024 * min(max(0.0, s - 120), 120) + rng.gauss(0, 128 * 1024)
+                                    for s in steps])
+    assert (decide([late]).verdict, decide([filled]).verdict) == ("leak", "clean")
+    rules = verdict.SHAPE_RULES
+    monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in rules if r.__name__ != "_started_late"))
+    assert decide([late]).verdict == "clean"
+    monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in rules if r.__name__ != "_filled_then_flat"))
+    assert decide([filled]).verdict == "leak"
+
+
+@pytest.mark.parametrize("period", [64, 130, 180])
+def test_a_sawtooth_ends_on_a_rise_and_is_no_late_leak(period: int) -> None:
+    """A list cleared every `period` steps: the run ends on a rise, but never above the earlier peaks."""
+    steps = [float(s) for s in range(1, 401)]
+    for seed in range(4):
+        rng = random.Random(seed)
+        values = [BASE + 256 * 1024 * (s % period) + rng.gauss(0, 128 * 1024) for s in steps]
+        assert decide([Series("heap", steps, values)]).verdict == "clean", (period, seed)

@@ -1,11 +1,12 @@
 """Growth that stops is no leak, growth that starts late or pauses is one, in a real kernel, at the default
 interval and a short one: a memo filled during the first epoch of four is clean and named as the cache that
 filled, with its size; a leak that begins two thirds into the run, or pauses between two ramps, is a leak whose
-holder is named first. Each runs watched, then bare: watching must not change what it computed."""
+holder is named first, and where the steps are slow enough to be sampled densely the curves say where it began. Each runs watched, then bare: watching must not change what it computed."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from computed import computed, differences
 from kernel_client import Kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from leaky_loops import GROWTH_SHAPES, SETUP  # noqa: E402
+from leaky_loops import GROWTH_BEGINS_AT, GROWTH_SHAPES, SETUP  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -47,6 +48,9 @@ def test_growth_that_stops_is_clean_and_growth_that_goes_on_leaks(k: Kernel, nam
     assert report["verdict"] == verdict, said
     if verdict == "leak":
         assert report["suspects"][:1] == [holder], said
+        if name in GROWTH_BEGINS_AT:  # the curves tell where it began, not only its holder
+            began = re.search(r"leak in \w+: .*, since step ([\d,]+)", report["advice"][0])
+            assert began and abs(int(began[1].replace(",", "")) - GROWTH_BEGINS_AT[name]) <= 40, said
     else:
         assert report["suspects"] == [], said
         # named as the cache that filled, with its size; on a busy machine the scans may all come before it
@@ -100,16 +104,19 @@ while len(said) < 2 and time.monotonic() < deadline:
     train_step(model, opt, features(step % filled)[:, :64]); step += 1
     if step > 3 * filled:
         said += [v for v in [live_verdict_since(3 * filled)] if v]
-live_said = (said, filled, step)
+live_said = (said, filled, step, view.live_holder())
 """
 
 
 def test_the_live_verdict_calls_a_fill_while_it_lasts_and_comes_back_once_it_flattened(k: Kernel) -> None:
+    """Also the live holder line: it stops naming the memo as growing once its scans show it flat."""
     try:
         k.ok("%%memwatch\n" + LIVE_FILL_THEN_PLATEAU, timeout_s=240)
-        said, filled, steps = k.value("live_said")
+        said, filled, steps, holder_line = k.value("live_said")
         report = k.value("torchmem_magic.last_report().verdict")
     finally:
         k.ok(CLEAR, store_history=False)
     assert filled < 10_000 and len(said) == 2, (said, filled, steps)  # a leak while it filled, then a verdict after
     assert said[1] == "clean" and report == "clean", (said, filled, steps)
+    # the live holder line (the figure's and the guard's) no longer names the memo once it stopped growing
+    assert holder_line is None or not holder_line.startswith("memo "), holder_line

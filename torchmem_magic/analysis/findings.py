@@ -37,6 +37,7 @@ class ResourceFinding:
     per_epoch_bytes: float | None = None  # a staircase's growth per epoch
     released_bytes: float = 0.0  # what the last reading gave back, left out of the judgement (see `released_at_the_end`)
     full_at_step: float | None = None  # the first step whose reading was at the limit (see `_ran_out_at`)
+    started_at_step: float | None = None  # where growth that began part-way began (see `_started_late`)
 
 
 @dataclass(frozen=True)

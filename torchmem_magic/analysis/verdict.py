@@ -34,6 +34,8 @@ from ..core.model import VerdictName
 from ..core.slopes import (
     changes_of,
     evenly_spaced,
+    growth_stopped,
+    hinge_step,
     mad,
     released_at_the_end,
     shows_fitted_growth,
@@ -52,6 +54,13 @@ FULL_SHARE = 0.98  # a reading this close to its limit is at it: the resource ra
 FILLED_FROM_SHARE = 0.5  # ... when it was below this share of the limit earlier in the run (it filled in the run)
 Z_LEAK = 5.0  # slope / its standard error for "leak"
 Z_SUSPECT = 3.0
+FLAT_OF_RISE = 0.05  # readings within this share of the rise (or the noise) stay flat: the growth stopped
+LATE_FROM_SHARE = 0.2  # growth that began part-way began this share of the steps in at the earliest...
+LATE_UNTIL_SHARE = 0.9  # ... and this share at the latest
+LATE_OVER_EARLIER_RANGE = 0.25  # ... and ends above all before it by this share of their range at least
+LATE_EARLIER_OF_RATE = 0.25  # ... and rose before it at less than this share of its rate
+RAMP_READINGS = 5  # jumps at this many readings in a row are a line sampled thinly, not sporadic jumps
+LATE_MIN_READINGS = 6  # readings after it, at least (sampling thins out: 160 late steps may be 9 readings)
 #: RSS growth is retention only where the heap in use grew by at least this share of it
 HEAP_SHARE_OF_RSS = 0.5
 #: priority when several resources leak: heap in use is retention itself; RSS may only be fragmentation
@@ -128,21 +137,25 @@ class _Shape:
     boundary: set[int]  # readings that are the first of an epoch
     released: float
     epoch_steps: tuple[float, ...]  # the steps each epoch began at
+    max_points: int  # bounds the cost of a robust fit
 
     @property
     def net(self) -> float:
         return self.ys[-1] - self.ys[0]
 
     def finding(self, verdict: VerdictName, kind: str | None, slope: float | None = None,
-                sporadic: tuple[tuple[int, int], ...] = (), per_epoch: float | None = None) -> ResourceFinding:
-        """The finding at `slope` (the fit's by default), with when the resource runs out at that rate."""
-        slope = self.fit.slope if slope is None else slope
+                sporadic: tuple[tuple[int, int], ...] = (), per_epoch: float | None = None,
+                fit: _LineFit | None = None, started_at: float | None = None) -> ResourceFinding:
+        """The finding at `slope` (the fit's by default: the whole run's, or `fit`, a part's from `started_at`),
+        with when the resource runs out at that rate."""
+        fit = fit or self.fit
+        slope = fit.slope if slope is None else slope
         exhaustion = None
         if verdict in ("leak", "suspect") and self.series.limit_bytes and slope > 0:
             exhaustion = max(0.0, (self.series.limit_bytes - self.ys[-1]) / slope)
         return ResourceFinding(
-            self.series.resource, verdict, kind, slope, self.fit.error, self.warmup, self.noise, self.fit.total,
-            sporadic, exhaustion, self.net, per_epoch, self.released,
+            self.series.resource, verdict, kind, slope, fit.error, self.warmup, self.noise, fit.total,
+            sporadic, exhaustion, self.net, per_epoch, self.released, started_at_step=started_at,
         )
 
 
@@ -163,7 +176,9 @@ def _sporadic(shape: _Shape) -> ResourceFinding | None:
     many falls is noise or a sawtooth)."""
     xs, ys, jumps, net = shape.xs, shape.ys, shape.jumps, shape.net
     jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
-    sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps)
+    # jumps at RAMP_READINGS readings in a row are a ramp sampled thinly (each reading many steps past the last)
+    ramp = any(later - first == RAMP_READINGS - 1 for first, later in zip(jumps, jumps[RAMP_READINGS - 1:]))
+    sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps) and not ramp
     if not (sporadic_jumps and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES):
         return None
     # with thinned sampling a jump is only known to lie between two sampled steps; one that only the
@@ -175,6 +190,13 @@ def _sporadic(shape: _Shape) -> ResourceFinding | None:
                          sporadic=ranges)
 
 
+def _filled_then_flat(shape: _Shape) -> ResourceFinding | None:
+    """Growth that stopped: a rise (a cache or memo filling, bounded by the data), then flat within noise
+    to the end over at least as many steps as the rise took. Clean: only growth that goes on is a leak."""
+    stopped = growth_stopped(shape.xs, shape.ys, shape.noise, FLAT_OF_RISE, LATE_MIN_READINGS)
+    return None if stopped is None else shape.finding("clean", None, slope=0.0)
+
+
 def _per_iteration(shape: _Shape) -> ResourceFinding | None:
     """A line that rises with the steps, clear of the noise."""
     if not shape.fit.shows_leak(Z_SUSPECT):
@@ -182,9 +204,34 @@ def _per_iteration(shape: _Shape) -> ResourceFinding | None:
     return shape.finding("leak" if shape.fit.shows_leak(Z_LEAK) else "suspect", "per-iteration")
 
 
+def _started_late(shape: _Shape) -> ResourceFinding | None:
+    """A line that began rising part-way and rose to the end, above everything the readings before it
+    reached: a line through the whole run fits such a hockey stick badly, and its residuals hide the rise.
+
+    The part after the hinge is judged alone, with the whole run's noise as its floor (a few exactly
+    collinear readings have no error of their own). Ending above every earlier reading by a share of their
+    range keeps a sawtooth's last rise, and the slow drift after a cache filled, out."""
+    hinge = hinge_step(shape.xs, shape.ys, LATE_FROM_SHARE, LATE_UNTIL_SHARE)
+    start = None if hinge is None else next(i for i, x in enumerate(shape.xs) if x >= hinge)
+    if start is None or start < 2 or len(shape.ys) - start < LATE_MIN_READINGS:
+        return None
+    xs, ys, earlier = shape.xs[start:], shape.ys[start:], shape.ys[:start]
+    fit = _fit_line(xs, ys, shape.noise, shape.max_points)
+    above_earlier = statistics.median(ys[-3:]) - max(earlier)
+    clear_of_earlier = max(MIN_TOTAL_BYTES, LATE_OVER_EARLIER_RANGE * (max(earlier) - min(earlier)), 0.5 * fit.total)
+    if not (fit.shows_leak(Z_SUSPECT) and above_earlier >= clear_of_earlier):
+        return None
+    earlier_slope, _ = theil_sen(shape.xs[:start], earlier, shape.max_points)
+    if shape.fit.shows_leak(Z_SUSPECT) and earlier_slope > LATE_EARLIER_OF_RATE * fit.slope:
+        return None  # it rose before as well: one line through the whole run tells it (`_per_iteration`)
+    verdict: VerdictName = "leak" if fit.shows_leak(Z_LEAK) else "suspect"
+    return shape.finding(verdict, "per-iteration", fit=fit, started_at=xs[0])
+
+
 #: the shapes of growth a resource is judged by, in order: the first that finds one gives the verdict
 #: (clean where none does); each can be read, tested and switched off alone
-SHAPE_RULES: tuple[Callable[[_Shape], ResourceFinding | None], ...] = (_per_epoch, _sporadic, _per_iteration)
+SHAPE_RULES: tuple[Callable[[_Shape], ResourceFinding | None], ...] = (
+    _per_epoch, _sporadic, _filled_then_flat, _started_late, _per_iteration)
 
 
 def analyse(
@@ -212,7 +259,7 @@ def analyse(
     if ends_after_block and not released and epoch_steps and closes_last_epoch(ys, boundary):
         boundary.add(len(ys) - 1)
     shape = _Shape(series, xs, ys, warmup, changes.noise, _fit_line(xs, ys, changes.noise, max_points),
-                   list(changes.jumps), boundary, released, tuple(epoch_steps))
+                   list(changes.jumps), boundary, released, tuple(epoch_steps), max_points)
     found = (rule(shape) for rule in SHAPE_RULES)
     return next((f for f in found if f is not None), None) or shape.finding("clean", None)
 
@@ -326,7 +373,7 @@ def _headline(chosen: ResourceFinding, clock: str) -> Note:
     """The leak, its kind, resource and rate (a sporadic leak's steps, a per-epoch leak's epochs)."""
     return note("leak", leak_kind=chosen.leak_kind, resource=chosen.resource, per_step_bytes=chosen.per_step_bytes or 0,
                 error_bytes=chosen.per_step_error_bytes, per_epoch_bytes=chosen.per_epoch_bytes,
-                sporadic_steps=chosen.sporadic_steps, clock=clock)
+                sporadic_steps=chosen.sporadic_steps, started_at_step=chosen.started_at_step, clock=clock)
 
 
 def _when_it_runs_out(chosen: ResourceFinding, clock: str, seconds: float | None) -> list[Note]:

@@ -334,3 +334,70 @@ def evenly_spaced(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float]
     out_x.append(xs[-1])
     out_y.append(ys[-1])
     return out_x, out_y
+
+
+def hinge_step(xs: Sequence[float], ys: Sequence[float], first_share: float, last_share: float,
+               candidates: int = 40) -> float | None:
+    """The step at which a level, then a line rising from it, fits the series best (least squares, over the
+    evenly spaced samples), among the steps from `first_share` to `last_share` of the run; None where no such
+    hinge rises.
+
+    A leak that starts part-way is a hockey stick: a line through the whole run fits it so badly that its
+    own residuals hide the rise. The hinge says where to judge the rise from."""
+    fit_xs, fit_ys = evenly_spaced(xs, ys)
+    span = fit_xs[-1] - fit_xs[0] if fit_xs else 0.0
+    if len(fit_xs) < 8 or span <= 0:
+        return None
+    first = fit_xs[0] + first_share * span
+    steps = [first + i * (last_share - first_share) * span / (candidates - 1) for i in range(candidates)]
+    best: tuple[float, float] | None = None  # (squared error, step)
+    y_mean = statistics.fmean(fit_ys)
+    for step in steps:
+        rise = [max(0.0, x - step) for x in fit_xs]
+        rise_mean = statistics.fmean(rise)
+        spread = sum((r - rise_mean) ** 2 for r in rise)
+        if spread <= 0:
+            continue
+        slope = sum((r - rise_mean) * (y - y_mean) for r, y in zip(rise, fit_ys)) / spread
+        error = sum((y - y_mean - slope * (r - rise_mean)) ** 2 for r, y in zip(rise, fit_ys))
+        if slope > 0 and (best is None or error < best[0]):
+            best = (error, step)
+    return None if best is None else best[1]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Growth that stopped: it rose from `rise_from` to `flat_from` (indices), then stayed flat to the end."""
+
+    rise_from: int
+    flat_from: int
+    rise_bytes: float
+
+
+def growth_stopped(xs: Sequence[float], ys: Sequence[float], noise: float, share_of_rise: float,
+                   min_flat_points: int) -> Stopped | None:
+    """The run's growth, where it stopped: the readings since `flat_from` stay within the larger of
+    LEVEL_NOISE_SCALES noises and `share_of_rise` of the rise of their end level (medians of 3, so one
+    temporary does not end the flat), over at least as many steps as the rise took, with no trend that
+    grows more than that band over them; None where they do not (growth that goes on, or a rest too short yet to
+    tell)."""
+    n = len(ys)
+    if n < min_flat_points + 2:
+        return None
+    level = [statistics.median(ys[max(0, i - 1): i + 2]) for i in range(n)]
+    end_level = statistics.median(ys[-min(PERSISTENCE_POINTS, n):])
+    rise_bytes = end_level - min(level)
+    tolerance = max(LEVEL_NOISE_SCALES * noise, share_of_rise * rise_bytes)
+    if rise_bytes <= tolerance:
+        return None
+    flat_from = n
+    while flat_from > 0 and abs(level[flat_from - 1] - end_level) <= tolerance:
+        flat_from -= 1
+    below = [i for i in range(flat_from) if level[i] <= end_level - rise_bytes + tolerance]
+    rise_from = below[-1] if below else 0
+    if n - flat_from < min_flat_points or xs[-1] - xs[flat_from] < xs[flat_from] - xs[rise_from]:
+        return None
+    flat_slope, _ = theil_sen(xs[flat_from:], ys[flat_from:], PERSISTENCE_POINTS * 8)
+    if flat_slope * (xs[-1] - xs[flat_from]) > tolerance:  # a line that fits in the band: still growing
+        return None
+    return Stopped(rise_from, flat_from, rise_bytes)

@@ -14,8 +14,10 @@ def _too_few_steps(needs: int, clock: str) -> str:
 
 
 def _leak_headline(leak_kind: str, resource: str, per_step_bytes: float, error_bytes: float | None,
-                   per_epoch_bytes: float | None, sporadic_steps: tuple[tuple[int, int], ...], clock: str) -> str:
-    """'per-iteration leak in heap: 1.0 MiB/step ± 2 KiB', with a sporadic leak's steps."""
+                   per_epoch_bytes: float | None, sporadic_steps: tuple[tuple[int, int], ...], clock: str,
+                   started_at_step: float | None = None) -> str:
+    """'per-iteration leak in heap: 1.0 MiB/step ± 2 KiB', with a sporadic leak's steps, or where growth
+    that began part-way began."""
     if per_epoch_bytes is not None:
         headline = f"{leak_kind} leak in {resource}: {format_bytes(per_epoch_bytes)} per epoch"
     else:
@@ -24,6 +26,8 @@ def _leak_headline(leak_kind: str, resource: str, per_step_bytes: float, error_b
         )
     if sporadic_steps:
         headline += f", at {'seconds' if clock == 'time' else plural_noun(clock)} {steps_named(sporadic_steps)}"
+    if started_at_step is not None:
+        headline += f", since {singular_noun(clock)} {started_at_step:,.0f}"
     return headline
 
 
