@@ -119,3 +119,23 @@ def test_a_transformers_run_that_raises_inside_a_memwatch_cell_leaves_the_traine
         " torchmem_magic.last_report().steps, 'log' in vars(trainer)]"
     )
     assert state == [True, True, 30, False], state
+
+
+def test_a_notebook_launched_ddp_run_reports_every_rank_under_the_cell(lightning_kernel: Kernel) -> None:
+    """`strategy="ddp_notebook"` forks the ranks from the kernel; rank 0's report, with rank 1's leak in it,
+    shows under the cell, and `callback.report` has it in the notebook once `fit` returned."""
+    execution = lightning_kernel.ok(
+        "class RankOneLeaks(LitRegressor):\n"
+        "    def on_train_batch_end(self, outputs, batch, batch_idx):\n"
+        "        if self.global_rank == 0:\n"
+        "            self.train_outputs.clear()\n"
+        "model = RankOneLeaks(); callback = MemwatchCallback()\n"
+        "make_trainer(max_epochs=3, devices=2, strategy='ddp_notebook', callbacks=[callback]).fit(model, train)\n",
+        timeout_s=240,
+    )
+    said = "".join(m["content"].get("text", "") for m in execution.of_type("stream"))
+    said += "".join(m["content"]["data"].get("text/plain", "") for m in execution.of_type("display_data"))
+    assert "verdict: leak (worst rank: 1)" in said and said.count("memwatch:") == 1, said[-3000:]
+    report = lightning_kernel.value(
+        "(lambda r: [r.worst_rank, [k.rank for k in r.ranks], r.suspects[0].rank, r.suspects[0].path])(callback.report)")
+    assert report[:3] == [1, [0, 1], 1] and report[3].startswith("model.train_outputs"), report

@@ -267,7 +267,7 @@ class _FakeChildren:
             return process_probe.ProportionalMemory(50 << 20, 40 << 20)
 
         monkeypatch.setattr(process_probe, "RssReader", FakeRss)
-        monkeypatch.setattr(process_probe, "descendant_pids", lambda pid: set(self.pids))
+        monkeypatch.setattr(process_probe, "descendant_pids", lambda pid, leave_out=frozenset(): set(self.pids) - leave_out)
         monkeypatch.setattr(process_probe, "read_proportional_memory", read_pss)
         self.probe = ProcessTreeProbe(clock=lambda: self.wall_s, cpu_clock=lambda: self.cpu_s)
 
@@ -344,6 +344,10 @@ def test_descendant_pids_match_psutil_including_grandchildren() -> None:
             time.sleep(0.05)
         expected = {p.pid for p in psutil.Process().children(recursive=True)}
         assert len(expected) == 4 and descendant_pids(os.getpid()) == expected
+        # another rank this process launched is left out with its own children
+        other_rank = children[0].pid
+        theirs = {other_rank, *(p.pid for p in psutil.Process(other_rank).children())}
+        assert descendant_pids(os.getpid(), frozenset({other_rank})) == expected - theirs and len(theirs) == 2
     finally:
         for child in children:
             for grandchild in psutil.Process(child.pid).children():

@@ -190,3 +190,21 @@ def test_a_growing_state_of_an_object_with_reset_is_fixed_by_resetting_it() -> N
                 embeddings.update(torch.randn(64, 256))
         top = w.report.suspects[0]
         assert top.name == "embeddings" and ("embeddings.reset()" in top.fix) == resets, (cls, top)
+
+
+def test_what_a_module_keeps_is_named_at_the_module_not_at_an_object_that_holds_it() -> None:
+    """A trainer made before the model (as a script often has them) holds the model in a private attribute:
+    the list is the module's, `model.kept`, whichever name came first in the namespace."""
+
+    class Trainer:
+        def __init__(self) -> None:
+            self._connector: Any = None
+
+    model = torch.nn.Linear(4, 4)
+    model.kept = [torch.zeros(1024) for _ in range(8)]  # type: ignore[assignment]
+    trainer = Trainer()
+    trainer._connector = type("Connector", (), {})()
+    trainer._connector.model = model
+    result = scan_roots([Root("trainer", "user", "trainer", trainer), Root("model", "user", "model", model)])
+    by_name = {stats.name: stats for stats in result.roots}
+    assert by_name["model"].tensors >= 8 and by_name["trainer"].tensors == 0, result.roots

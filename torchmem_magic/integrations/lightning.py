@@ -17,6 +17,7 @@ import importlib
 from typing import Any
 
 from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH
+from .rank_gather import other_ranks_pids
 from .trainer_watch import TrainerWatch
 
 EXTRA_HINT = "pip install 'torchmem_magic[lightning]'"
@@ -71,12 +72,13 @@ class MemwatchCallback(*_callback_bases()):  # type: ignore[misc]  # a Callback 
 
     @property
     def report(self) -> Any:
-        """The last run's Report (None before one ended, and for a run inside a `%%memwatch` cell)."""
-        return self._watch.report
+        """The last run's Report (None before one ended, and for a run inside a `%%memwatch` cell); after a
+        notebook-launched DDP run (`ddp_notebook`, `ddp_spawn`), rank 0's, with every rank in it."""
+        return self._watch.latest_report()
 
     # ---------------------------------------------------------------- the run's span
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self._watch.begin()
+        self._watch.begin(leave_out=other_ranks_pids())  # every rank starts here together
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._end(trainer, None)
@@ -105,7 +107,7 @@ class MemwatchCallback(*_callback_bases()):  # type: ignore[misc]  # a Callback 
 
     def _begin_alone(self, trainer: Any) -> None:
         if trainer.state.fn != "fit":
-            self._watch.begin()
+            self._watch.begin(leave_out=other_ranks_pids())
 
     def _end_alone(self, trainer: Any) -> None:
         if trainer.state.fn != "fit":
@@ -123,8 +125,9 @@ class MemwatchCallback(*_callback_bases()):  # type: ignore[misc]  # a Callback 
                 logger.log_metrics(scalars, step=step)
 
     def _end(self, trainer: Any, exception: BaseException | None) -> None:
-        """The report (rank 0 shows it), the last figures logged, then LeakError for a leak where asked."""
-        report = self._watch.finish(exception, show=bool(trainer.is_global_zero))
+        """The report (rank 0 shows it, with every rank's under DDP), the last figures logged, then LeakError
+        for a leak where asked."""
+        report = self._watch.end_of_run(exception, shows=bool(trainer.is_global_zero))
         if report is None:
             return  # not this callback's session (a %%memwatch cell's), or ended already
         if trainer.loggers and exception is None:

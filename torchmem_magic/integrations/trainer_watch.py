@@ -4,7 +4,12 @@ on the training thread at its logging steps at the cost of a few lookups, and th
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import sys
+import tempfile
+import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -12,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
 from ..report.rates import leak_rate
 from ..report.scalars import memory_scalars
-from ..session.run import MemwatchSession, active_session
+from ..session.run import MemwatchSession, active_session, keep_as_last
+from .rank_gather import gathered_report
 
 if TYPE_CHECKING:
     from ..render.results import Report
@@ -57,6 +63,10 @@ class TrainerWatch:
         }
         self.quiet, self.fail_on_leak = quiet, fail_on_leak
         self.report: Report | None = None
+        # a rank launched from this process (forked or spawned) hands its report back through a file
+        self._home_pid = os.getpid()
+        self._handback_path = os.path.join(tempfile.gettempdir(), f"torchmem_magic-report-{os.getpid()}-{id(self):x}.json")
+        weakref.finalize(self, _remove, self._handback_path)
         self.final_scalars: dict[str, float] = {}  # the figures at the run's end, as the report judged it
         self._session: MemwatchSession | None = None
         self._undo_end_unseen: Callable[[], None] = _nothing
@@ -67,23 +77,25 @@ class TrainerWatch:
         """The session the figures come from: this run's own, or the one running around it."""
         return self._session if self._session is not None else active_session()
 
-    def begin(self, end_unseen: bool = False) -> None:
-        """The trainer's run starts (on its thread): a session of its own unless one runs already. With
-        `end_unseen` (a trainer that calls no hook when its run fails), the end of the cell, or the uncaught
-        exception of a script, ends the session with that failure (see `_end_unseen`)."""
+    def begin(self, end_unseen: bool = False, leave_out: frozenset[int] = frozenset()) -> None:
+        """The trainer's run starts (on its thread): a session of its own unless one runs already, its RAM
+        without the child processes in `leave_out` (other ranks). With `end_unseen` (a trainer that calls no
+        hook when its run fails), the end of the cell, or the uncaught exception of a script, ends the session
+        with that failure (see `_end_unseen`)."""
         if self._session is not None:
             return
         if active_session() is None:
-            self._session = self._started_session()
+            self._session = self._started_session(leave_out)
         if end_unseen and self._undo_end_unseen is _nothing:  # also inside a session: `at_finish` must run
             self._undo_end_unseen = _end_unseen(self)
 
-    def _started_session(self) -> MemwatchSession:
+    def _started_session(self, leave_out: frozenset[int]) -> MemwatchSession:
         from ..api import watch_from
 
         namespace, frame = _user_namespace()
         session = watch_from(namespace, frame, quiet=True, **self._options)
-        figure_shown = _show_live_figure(session) if not self.quiet else False
+        session.tree_leaves_out = leave_out
+        figure_shown = _show_live_figure(session) if not (self.quiet or self.away) else False
         if not figure_shown:
             session.listener = VerdictTicker()
         session.start()
@@ -115,9 +127,56 @@ class TrainerWatch:
         self.final_scalars = {} if reading is None else memory_scalars(
             reading, report.verdict, leak_rate(report, report.resource)
         )
-        if show and not self.quiet:
-            _show_report(report)
+        if show:
+            self.show(report)
         return report
+
+    @property
+    def away(self) -> bool:
+        """Whether this is a rank the callback's own process launched (a fork or a spawn of it): no widget
+        of its own, its report handed back (see `latest_report`)."""
+        return os.getpid() != self._home_pid
+
+    def end_of_run(self, exc: BaseException | None, shows: bool) -> Report | None:
+        """`finish`, then, where the run ended well, every rank's report at rank 0 (every rank of a DDP job
+        ends here together: see `rank_gather`); the rank that `shows` shows it, and hands it back to the
+        process that launched it. None where no session of this run's own ran on any rank."""
+        report = self.finish(exc, show=False)
+        if exc is None:
+            gathered = gathered_report(report)
+            if gathered is not report and gathered is not None:
+                self.report = report = gathered
+                keep_as_last(gathered)
+        if report is not None and shows:
+            self.show(report)
+            if self.away:
+                _write_quietly(self._handback_path, json.dumps(report.to_dict()))
+        return report
+
+    def latest_report(self) -> Report | None:
+        """The last run's report: this process's own, else the one a rank it launched handed back (then also
+        what `last_report()` returns here)."""
+        if self.report is None and not self.away and os.path.exists(self._handback_path):
+            from ..report.saved import load_report
+
+            try:
+                self.report = load_report(self._handback_path)
+            except (OSError, ValueError):
+                return None
+            finally:
+                _remove(self._handback_path)
+            keep_as_last(self.report)
+        return self.report
+
+    def show(self, report: Report) -> None:
+        """The report as `%%memwatch` shows it (the figure and the text, in a notebook), unless quiet; its
+        text alone in a rank launched from the notebook (whose printed lines the kernel forwards)."""
+        if self.quiet:
+            return
+        if self.away:
+            print(report)
+        else:
+            _show_report(report)
 
     def raise_if_leak(self, report: Report, exc: BaseException | None) -> None:
         """LeakError for a leak under `fail_on_leak`; not when the run failed (its own exception goes on)."""
@@ -129,6 +188,19 @@ class TrainerWatch:
 
 def _nothing() -> None:
     pass
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def _write_quietly(path: str, text: str) -> None:
+    """A report handed back: written whole or not at all (the reader must not see half a file)."""
+    with contextlib.suppress(OSError):
+        with open(f"{path}.part", "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(f"{path}.part", path)
 
 
 def _end_unseen(watch: TrainerWatch) -> Callable[[], None]:

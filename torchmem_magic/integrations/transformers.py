@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH
+from .rank_gather import other_ranks_pids
 from .trainer_watch import TrainerWatch
 
 EXTRA_HINT = "pip install 'torchmem_magic[transformers]'"
@@ -59,17 +60,18 @@ class MemwatchCallback(TrainerCallback):
 
     @property
     def report(self) -> Any:
-        """The last run's Report (None before one ended, and for a run inside a `%%memwatch` cell)."""
-        return self._watch.report
+        """The last run's Report (None before one ended, and for a run inside a `%%memwatch` cell); under
+        DDP, rank 0's with every rank in it."""
+        return self._watch.latest_report()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._watch.begin(end_unseen=True)
+        self._watch.begin(end_unseen=True, leave_out=other_ranks_pids())  # every rank starts here together
         trainer = _running_trainer()
         if trainer is not None and self._watch.session is not None:
             self._with_our_keys(trainer)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        report = self._watch.finish(None, show=bool(state.is_world_process_zero))
+        report = self._watch.end_of_run(None, shows=bool(state.is_world_process_zero))
         if report is not None:
             self._watch.raise_if_leak(report, None)
 

@@ -30,9 +30,9 @@ _WORKER_COUNT = resources.WORKER_COUNT.column
 class ProbeBundle:
     """Opened by the constructor, closed by `close()`; an interrupt while opening closes what was open."""
 
-    def __init__(self, shm_path: str, devices: list[int] | None) -> None:
+    def __init__(self, shm_path: str, devices: list[int] | None, leave_out: frozenset[int] = frozenset()) -> None:
         self.shm_path = shm_path
-        self.tree = ProcessTreeProbe()
+        self.tree = ProcessTreeProbe(leave_out=leave_out)
         try:
             self.heap = HeapProbe()
             self.shm = ShmProbe(shm_path)

@@ -118,17 +118,18 @@ def _proc_children_supported() -> bool:
     return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
-def descendant_pids(pid: int) -> set[int]:
-    """All descendants of `pid`.
+def descendant_pids(pid: int, leave_out: frozenset[int] = frozenset()) -> set[int]:
+    """All descendants of `pid`, but those in `leave_out` and theirs.
 
     Linux: `/proc/<pid>/task/<tid>/children` of every thread, recursively (~65 µs for a kernel with a
     few workers); where the kernel has no such file (or not Linux), psutil (~1-2 ms).
     """
     if not _proc_children_supported():
         try:
-            return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+            every = {p.pid for p in psutil.Process(pid).children(recursive=True)}
         except psutil.Error:
             return set()
+        return every.difference(*(descendant_pids(p) | {p} for p in leave_out if p in every))
     found: set[int] = set()
     frontier = [pid]
     while frontier:
@@ -143,7 +144,7 @@ def descendant_pids(pid: int) -> set[int]:
             except OSError:
                 continue  # the thread or process exited meanwhile
             for child in map(int, children):
-                if child not in found:
+                if child not in found and child not in leave_out:
                     found.add(child)
                     frontier.append(child)
     return found
@@ -248,9 +249,10 @@ class ProcessTreeProbe:
 
     def __init__(
         self, pid: int | None = None, clock: Callable[[], float] = time.monotonic,
-        cpu_clock: Callable[[], float] = time.thread_time,
+        cpu_clock: Callable[[], float] = time.thread_time, leave_out: frozenset[int] = frozenset(),
     ) -> None:
         self.pid = os.getpid() if pid is None else pid
+        self.leave_out = leave_out  # children that are not this process's to count (other ranks it launched)
         self._clock = clock
         self._cpu_clock = cpu_clock  # what a PSS read costs this thread (the kernel's work in the read included)
         self.kernel = KernelRssProbe(self.pid)
@@ -273,7 +275,7 @@ class ProcessTreeProbe:
         self._announced.extend(workers)
 
     def _refresh_children(self) -> None:
-        found = descendant_pids(self.pid)
+        found = descendant_pids(self.pid, self.leave_out)
         now = self._clock()
         for pid in found.difference(self._children):
             self._children[pid] = ChildProcess(pid, RssReader(pid), is_worker=pid in self._worker_processes, first_seen_s=now)

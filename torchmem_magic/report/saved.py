@@ -149,7 +149,14 @@ def merge_reports(reports: Sequence[Report]) -> Report:
     ranks: list[RankSummary] = []
     for report in reports:
         ranks.extend(_as_ranks(report, first_rank=len(ranks)))
-    ranks = list(_one_each(ranks))
+    note = f"merged from {len(reports)} saved reports; the machine rows above are the first report's"
+    return report_of_ranks(reports, _one_each(ranks), note)
+
+
+def report_of_ranks(reports: Sequence[Report], ranks: Sequence[RankSummary], note: str) -> Report:
+    """One report of `ranks`, judged as if one watcher had seen them all, from the reports they came in
+    (several nodes' watchers, or every rank's own): the machine-wide rows are the first report's, `note`
+    says so."""
     first = reports[0]
     watcher = replace(  # what the first watcher saw of its own tree, before its ranks were merged in
         first, verdict="unknown", leak_kind=None, resource=None, steps_to_exhaustion=None, suspects=(), advice=(),
@@ -159,5 +166,4 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         source_errors=tuple(e for r in reports for e in r.source_errors),
     )
     merged = with_ranks(watcher, tuple(ranks))
-    note = f"merged from {len(reports)} saved reports; the machine rows above are the first report's"
     return replace(merged, advice=(*merged.advice, note))

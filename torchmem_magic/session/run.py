@@ -56,6 +56,11 @@ def last_report() -> Report | None:
     return _registry.last
 
 
+def keep_as_last(report: Report) -> None:
+    """What `last_report()` returns from now on: a report that says more of the same run (every rank's)."""
+    _registry.last = report
+
+
 def active_session() -> MemwatchSession | None:
     return _registry.active
 
@@ -109,6 +114,7 @@ class MemwatchSession:
         # a step of any clock, and a DataLoader pass begun: on the training thread (the hooks call them)
         self.tick, self.pass_started = self.step_path.tick, self.step_path.pass_started
         self.probes: ProbeBundle | None = None
+        self.tree_leaves_out: frozenset[int] = frozenset()  # child processes not this run's (other ranks), set before start
         self.ranks: RankFeeds | None = None
         self._children_env: ExportedToChildren | None = None
         self.guard: MemoryGuard | None = None  # made at start, once the limits are known
@@ -156,7 +162,7 @@ class MemwatchSession:
         options = self.options
         try:
             self._grad_enabled_at_start = grad_enabled()
-            probes = self.probes = ProbeBundle(options.shm_path, self._devices)
+            probes = self.probes = ProbeBundle(options.shm_path, self._devices, self.tree_leaves_out)
             if options.watch_ranks:
                 self._watch_ranks()
             if options.guard_share is not None:

@@ -110,8 +110,13 @@ class Scanner:
         started = time.perf_counter()
         self._deadline = Deadline(self.budget.time_s)
         stats_by_name: dict[str, RootStats] = {}
-        # containers before bare tensors (the `loss` of the last step also sits in `history`)
-        roots = sorted(roots, key=lambda r: (_KIND_ORDER.get(r.kind, 3), self._categories.of(type(r.obj)) == TENSOR))
+        # containers before bare tensors (the `loss` of the last step also sits in `history`), and modules
+        # before other objects, which often hold them (a trainer its model): what a module keeps is named
+        # at the module, `model.train_outputs`, not through another object's private attributes
+        module = None if self.torch is None else self.torch.nn.Module
+        roots = sorted(roots, key=lambda r: (
+            _KIND_ORDER.get(r.kind, 3), self._categories.of(type(r.obj)) == TENSOR,
+            module is None or not issubclass(type(r.obj), module)))
         for root in roots:
             stats = stats_by_name.get(root.name)
             if stats is None:
