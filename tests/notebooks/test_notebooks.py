@@ -206,6 +206,7 @@ def test_lightning_notebook_names_the_modules_list_logs_the_curves_and_the_fix_i
     leaky_text, fixed_text = _text(leaky), _text(fixed)
     assert "prototype accuracy after the last epoch" in leaky_text  # it really trained
     assert "verdict: leak" in leaky_text and "per-epoch leak in heap" in leaky_text, leaky_text
+    assert "it grows while validating: " in leaky_text, leaky_text  # the passes the callback marked
     assert "e.g. model.validation_step_outputs[" in leaky_text, leaky_text
     assert "fix: model.validation_step_outputs grows with the steps" in leaky_text, leaky_text  # the list, not an item
     assert "verdict: clean" in fixed_text and "holders of tensors" not in fixed_text, fixed_text

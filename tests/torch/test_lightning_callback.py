@@ -31,11 +31,19 @@ class Regressor(L.LightningModule):
     """A small regressor; `keep` keeps each step's hidden activations (32 KiB) on the module, never cleared;
     `fail_at` raises in that batch."""
 
-    def __init__(self, keep: bool = False, fail_at: int = -1) -> None:
+    def __init__(self, keep: bool = False, fail_at: int = -1, keep_val: bool = False) -> None:
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
-        self.keep, self.fail_at = keep, fail_at
+        self.keep, self.fail_at, self.keep_val = keep, fail_at, keep_val
         self.train_outputs: list[torch.Tensor] = []
+        self.val_outputs: list[torch.Tensor] = []
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        (x,) = batch
+        hidden = self.net[:2](x)
+        if self.keep_val:  # 128 KiB a batch, never cleared (the missing `val_outputs.clear()`)
+            self.val_outputs.append(hidden.repeat(4, 1))
+        self.log("val_loss", self.net(x).square().mean())
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if batch_idx == self.fail_at:
@@ -52,7 +60,7 @@ class Regressor(L.LightningModule):
 
 
 def _fit(tmp_path: Path, model: Regressor, callback: MemwatchCallback, batches: int = 100, epochs: int = 3,
-         **options: Any) -> list[dict[str, str]]:
+         val_batches: int = 0, **options: Any) -> list[dict[str, str]]:
     """Fit `model` on `batches` batches a epoch with a CSV logger; the rows of its metrics.csv."""
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     with warnings.catch_warnings():
@@ -61,7 +69,8 @@ def _fit(tmp_path: Path, model: Regressor, callback: MemwatchCallback, batches: 
                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                             log_every_n_steps=10, **options)
         try:
-            trainer.fit(model, DataLoader(TensorDataset(torch.randn(32 * batches, 64)), batch_size=32))
+            val = DataLoader(TensorDataset(torch.randn(32 * val_batches, 64)), batch_size=32) if val_batches else None
+            trainer.fit(model, DataLoader(TensorDataset(torch.randn(32 * batches, 64)), batch_size=32), val)
         finally:
             path = next(tmp_path.rglob("metrics.csv"), None)
     if path is None:
@@ -185,3 +194,24 @@ def test_a_pytorch_lightning_trainer_takes_the_same_callback(tmp_path: Path) -> 
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
         trainer.fit(Classic(), DataLoader(TensorDataset(torch.randn(32 * 20, 64)), batch_size=32))
     assert callback.report is not None and callback.report.steps == 20
+
+
+def test_a_leak_that_grows_only_while_validating_is_called_so(tmp_path: Path) -> None:
+    """Training keeps nothing; each validation pass keeps 40 batches' activations on the module. The curves
+    step up between two optimizer steps, and the passes the callback marked say where: while validating."""
+    callback = MemwatchCallback(quiet=True)
+    _fit(tmp_path, Regressor(keep_val=True), callback, val_batches=40)
+    report = callback.report
+    assert report.verdict == "leak", report.advice
+    said = [line for line in report.advice if line.startswith("it grows while validating: ")]
+    assert said and "a pass over 4 passes" in said[0], report.advice  # the sanity check's, then 3 epochs'
+    assert report.advice.index(said[0]) == 1, report.advice  # right after the verdict's headline
+    top = report.suspects[0]
+    assert top.path.startswith("model.val_outputs"), report.suspects
+
+
+def test_a_leak_in_training_is_not_blamed_on_validation(tmp_path: Path) -> None:
+    callback = MemwatchCallback(quiet=True)
+    _fit(tmp_path, Regressor(keep=True), callback, val_batches=40)
+    report = callback.report
+    assert report.verdict == "leak" and not any("while validating" in line for line in report.advice), report.advice

@@ -43,21 +43,21 @@ def _wait_for_a_live_verdict() -> None:
 class KeepingTrainer(transformers.Trainer):
     """Keeps every step's logits (a perplexity at the end, say), never cleared: 8 x 32 x 100 floats, 100 KiB."""
 
-    def __init__(self, *args: Any, keep: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, keep: bool = False, keep_eval: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.keep, self.kept_logits = keep, []
+        self.keep, self.keep_eval, self.kept_logits = keep, keep_eval, []
 
     def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, **kwargs: Any) -> Any:
-        if self.state.global_step == VERDICT_BY_STEP:
+        if self.state.global_step == VERDICT_BY_STEP and model.training:
             _wait_for_a_live_verdict()
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)
-        if self.keep:
+        if self.keep if model.training else self.keep_eval:
             self.kept_logits.append(outputs.logits.detach())
         return (loss, outputs) if return_outputs else loss
 
 
 def _train(tmp_path: Path, callback: MemwatchCallback, keep: bool, batches: int = 80, accumulation: int = 1,
-           epochs: int = 2) -> KeepingTrainer:
+           epochs: int = 2, keep_eval: bool = False, eval_batches: int = 0) -> KeepingTrainer:
     transformers.logging.set_verbosity_error()
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64,
                                      bos_token_id=0, eos_token_id=0)
@@ -66,10 +66,12 @@ def _train(tmp_path: Path, callback: MemwatchCallback, keep: bool, batches: int 
     args = transformers.TrainingArguments(
         str(tmp_path / "out"), per_device_train_batch_size=8, num_train_epochs=epochs, logging_steps=10,
         report_to=["tensorboard"], save_strategy="no", use_cpu=True,
-        gradient_accumulation_steps=accumulation, disable_tqdm=True,
+        gradient_accumulation_steps=accumulation, disable_tqdm=True, per_device_eval_batch_size=8,
+        **({"eval_strategy": "steps", "eval_steps": 40} if eval_batches else {}),
     )
     trainer = KeepingTrainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=data,
-                             callbacks=[callback], keep=keep)
+                             eval_dataset=data[: 8 * eval_batches] if eval_batches else None,
+                             callbacks=[callback], keep=keep, keep_eval=keep_eval)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()
@@ -161,3 +163,13 @@ def test_inside_a_running_session_no_second_one_starts(tmp_path: Path) -> None:
         trainer = _train(tmp_path, callback, keep=True, epochs=1)
     assert callback.report is None and outer.report.steps == 80 and outer.report.verdict == "leak"
     assert _history(trainer, HEAP) and "log" not in vars(trainer)  # the running session's figures, then let go
+
+
+def test_a_leak_that_grows_only_while_evaluating_is_called_so(tmp_path: Path) -> None:
+    """Training keeps nothing; each evaluation (every 40 steps of 160) keeps its 40 batches' logits. The curves
+    step up between two optimizer steps; the evaluations the callback marked say where."""
+    callback = MemwatchCallback(quiet=True)
+    _train(tmp_path, callback, keep=False, keep_eval=True, eval_batches=40)
+    report = callback.report
+    said = [line for line in report.advice if line.startswith("it grows while evaluating: ")]
+    assert report.verdict == "leak" and said and "a pass over 4 passes" in said[0], report.advice

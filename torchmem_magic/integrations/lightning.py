@@ -4,7 +4,8 @@ callbacks, nothing else to change.
     trainer = L.Trainer(callbacks=[MemwatchCallback()])
 
 The session spans `fit` (or `validate`, `test`, `predict` called alone); its steps are the trainer's optimizer
-steps (gradient accumulation and manual optimisation count what really stepped). At every logging step
+steps (gradient accumulation and manual optimisation count what really stepped), and each validation pass is a
+phase of its own: a leak that grows while validating is called so. At every logging step
 (`log_every_n_steps`) the curves and the leak rate go to the trainer's loggers as `memwatch/...` metrics, at
 the step the trainer logs its own metrics at. At the end the report is printed (shown, in a notebook) by rank
 0; `callback.report` is the same Report `last_report()` returns. Inside a `%%memwatch` cell no second session
@@ -89,6 +90,8 @@ class MemwatchCallback(*_callback_bases()):  # type: ignore[misc]  # a Callback 
     # validate, test or predict called on their own (not inside fit) are a run of their own
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._begin_alone(trainer)
+        if trainer.state.fn == "fit":  # a pass inside fit is a phase of its own (the sanity check's too)
+            self._watch.mark_phase("validation", began=True)
 
     def on_test_start(self, trainer: Any, pl_module: Any) -> None:
         self._begin_alone(trainer)
@@ -97,6 +100,8 @@ class MemwatchCallback(*_callback_bases()):  # type: ignore[misc]  # a Callback 
         self._begin_alone(trainer)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.state.fn == "fit":
+            self._watch.mark_phase("validation", began=False)
         self._end_alone(trainer)
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:

@@ -101,6 +101,13 @@ class TrainerWatch:
         session.start()
         return session
 
+    def mark_phase(self, name: str, began: bool) -> None:
+        """A pass of a phase of its own (validation, evaluation) begins or ends, in the session the figures
+        come from (a `%%memwatch` cell's too): the report says where a leak grows when it is there."""
+        session = self.session
+        if session is not None:
+            session.mark_phase(name, began)
+
     def scalars(self) -> dict[str, float]:
         """The curves' last readings and the leak rate so far (`memwatch/...`); empty before a reading."""
         session = self.session

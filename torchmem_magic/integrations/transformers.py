@@ -4,7 +4,7 @@ change.
     trainer = Trainer(model, args, train_dataset=..., callbacks=[MemwatchCallback()])
 
 The session spans `train()`; its steps are the Trainer's optimizer steps (gradient accumulation counts what
-really stepped). At each of the Trainer's logging steps (`logging_steps`) the curves and the leak rate join
+really stepped), and each evaluation is a phase of its own: a leak that grows while evaluating is called so. At each of the Trainer's logging steps (`logging_steps`) the curves and the leak rate join
 its logs as `memwatch/...` keys before it records them, so `state.log_history` and every `report_to`
 integration (TensorBoard, W&B, MLflow...) get them. At the end the report is printed (shown, in a notebook)
 by the main process; `callback.report` is the same Report `last_report()` returns. The Trainer calls no hook
@@ -57,6 +57,7 @@ class MemwatchCallback(TrainerCallback):
         self._watch = TrainerWatch(interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
                                    guard=guard, fail_on_leak=fail_on_leak)
         self._trainer: Any = None  # the Trainer whose `log` carries the keys, while its run goes on
+        self._evaluating = False  # between an evaluation's first prediction step and its `on_evaluate`
 
     @property
     def report(self) -> Any:
@@ -69,6 +70,17 @@ class MemwatchCallback(TrainerCallback):
         trainer = _running_trainer()
         if trainer is not None and self._watch.session is not None:
             self._with_our_keys(trainer)
+
+    # an evaluation is a phase of its own: it begins at its first prediction step, ends at `on_evaluate`
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self._evaluating:
+            self._evaluating = True
+            self._watch.mark_phase("evaluation", began=True)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._evaluating:
+            self._evaluating = False
+            self._watch.mark_phase("evaluation", began=False)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         report = self._watch.end_of_run(None, shows=bool(state.is_world_process_zero))

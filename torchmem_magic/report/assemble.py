@@ -32,7 +32,8 @@ from ..render.advice.sources import source_error_advice
 from ..render.results import Report
 from ..core.slopes import new_readings
 from ..core.timeline import Timeline
-from ..analysis.findings import Diagnosis, Series
+from ..analysis.findings import Diagnosis, Note, Series
+from ..analysis.phases import phase_notes
 from ..analysis.verdict import decide
 from .evidence import RunEvidence
 from .rates import RATE_COLUMNS, per_step, rates_of
@@ -213,6 +214,19 @@ def _shm_warning(shm: ShmSummary | None) -> list[str]:
     return [worded(warning)] if warning else []
 
 
+def _phase_notes(evidence: RunEvidence, diagnosis: Diagnosis) -> list[Note]:
+    """Where the leak grows, when most of it came in the passes of a phase a trainer marked (validation)."""
+    if not evidence.phase_passes or diagnosis.resource is None:
+        return []
+    try:
+        column = resources.by_key(diagnosis.resource).column
+    except KeyError:
+        return []
+    values = [v for v in evidence.timeline.by_step.columns(column)[column] if not math.isnan(v)]
+    run_growth = values[-1] - values[0] if len(values) > 1 else 0.0
+    return phase_notes(evidence.phase_passes, diagnosis.verdict, diagnosis.resource, column, run_growth)
+
+
 def assemble_report(
     evidence: RunEvidence, max_rows: int | None = None, max_points: int = FINAL_VERDICT_POINTS
 ) -> Report:
@@ -250,7 +264,9 @@ def assemble_report(
         resource=diagnosis.resource,
         steps_to_exhaustion=diagnosis.steps_to_exhaustion,
         suspects=without_flat(without_ruled_out(suspects, curves, evidence.holders_on_accelerator)),
-        advice=(*evidence.guard_advice, *death_advice, *advice_lines(diagnosis.advice), *source_error_advice(evidence.source_errors)),
+        advice=(*evidence.guard_advice, *death_advice, *advice_lines(diagnosis.advice[:1]),
+                *advice_lines(_phase_notes(evidence, diagnosis)), *advice_lines(diagnosis.advice[1:]),
+                *source_error_advice(evidence.source_errors)),
         seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
         per_step_error_bytes=diagnosis.per_step_error_bytes,
         sporadic_steps=diagnosis.sporadic_steps,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.forensics import WorkerExit
 from ..analysis.holders import HolderSearch
+from ..analysis.phases import PhasePass
 from ..core.model import Clock, DeviceMemory, RankSummary, SourceErrors, Suspect
 from ..core.timeline import Timeline
 
@@ -62,3 +63,4 @@ class RunEvidence:
     ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
     guard_advice: tuple[str, ...] = ()  # what the memory guard did, first in the advice
     holder_search: HolderSearch | None = None  # where the memory was looked for when no holder grew
+    phase_passes: tuple[PhasePass, ...] = ()  # passes of phases a trainer's callback marked (validation, ...)

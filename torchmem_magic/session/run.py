@@ -40,6 +40,7 @@ from ..tracing.sampler import Sampler
 from ..core.step_requests import StepRequests
 from ..tracing.steps import RunTime, StepCounter
 from ..core.timeline import Timeline
+from .phases import PhaseLog
 from .tracebacks import give_lines
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ class MemwatchSession:
         self.tick, self.pass_started = self.step_path.tick, self.step_path.pass_started
         self.probes: ProbeBundle | None = None
         self.tree_leaves_out: frozenset[int] = frozenset()  # child processes not this run's (other ranks), set before start
+        self._phases: PhaseLog | None = None  # made at start, once the probes are open
         self.ranks: RankFeeds | None = None
         self._children_env: ExportedToChildren | None = None
         self.guard: MemoryGuard | None = None  # made at start, once the limits are known
@@ -163,6 +165,7 @@ class MemwatchSession:
         try:
             self._grad_enabled_at_start = grad_enabled()
             probes = self.probes = ProbeBundle(options.shm_path, self._devices, self.tree_leaves_out)
+            self._phases = PhaseLog(probes.step_row, lambda: self.step_counter.steps)
             if options.watch_ranks:
                 self._watch_ranks()
             if options.guard_share is not None:
@@ -321,6 +324,12 @@ class MemwatchSession:
         ending.raise_kept()
         return report
 
+    def mark_phase(self, name: str, began: bool) -> None:
+        """A pass of a phase of its own ("validation") begins or ends, as a trainer's callback sees it (on the
+        training thread): the report says where a leak grows when it is in such passes."""
+        if self._phases is not None and self.runtime.running:
+            self._phases.mark(name, began)
+
     def _evidence(self, ended_by: BaseException | None, suspects: tuple[Suspect, ...]) -> RunEvidence:
         """What this run gathered, as plain data for `assemble_report`."""
         assert self.probes is not None
@@ -338,6 +347,7 @@ class MemwatchSession:
             **({} if finder is None else finder.evidence_fields()),
             ranks=None if self.ranks is None else self.ranks.summaries(ended_by),
             guard_advice=() if self.guard is None else self.guard.advice(ended_by, counter.clock, counter.steps),
+            phase_passes=() if self._phases is None else tuple(self._phases.passes),
         )
 
     def __enter__(self) -> MemwatchSession:
