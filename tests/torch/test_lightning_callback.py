@@ -215,3 +215,26 @@ def test_a_leak_in_training_is_not_blamed_on_validation(tmp_path: Path) -> None:
     _fit(tmp_path, Regressor(keep=True), callback, val_batches=40)
     report = callback.report
     assert report.verdict == "leak" and not any("while validating" in line for line in report.advice), report.advice
+
+
+class ManualRegressor(Regressor):
+    """Manual optimisation that steps every second batch (its own accumulation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        (x,) = batch
+        self.manual_backward(self.net(x).square().mean() / 2)
+        if batch_idx % 2 == 1:
+            opt = self.optimizers()
+            opt.step()
+            opt.zero_grad()
+
+
+def test_manual_optimisation_counts_the_steps_the_module_takes(tmp_path: Path) -> None:
+    callback = MemwatchCallback(quiet=True)
+    _fit(tmp_path, ManualRegressor(), callback, batches=100, epochs=2)
+    report = callback.report
+    assert (report.steps, report.clock) == (100, "optimizer"), (report.steps, report.clock)
