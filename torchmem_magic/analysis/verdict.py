@@ -38,6 +38,7 @@ from ..core.slopes import (
     hinge_step,
     mad,
     released_at_the_end,
+    robust_slope,
     shows_fitted_growth,
     spread_over_run,
     theil_sen,
@@ -216,14 +217,18 @@ def _started_late(shape: _Shape) -> ResourceFinding | None:
     if start is None or start < 2 or len(shape.ys) - start < LATE_MIN_READINGS:
         return None
     xs, ys, earlier = shape.xs[start:], shape.ys[start:], shape.ys[:start]
-    fit = _fit_line(xs, ys, shape.noise, shape.max_points)
     above_earlier = statistics.median(ys[-3:]) - max(earlier)
-    clear_of_earlier = max(MIN_TOTAL_BYTES, LATE_OVER_EARLIER_RANGE * (max(earlier) - min(earlier)), 0.5 * fit.total)
-    if not (fit.shows_leak(Z_SUSPECT) and above_earlier >= clear_of_earlier):
+    clear_of_earlier = max(MIN_TOTAL_BYTES, LATE_OVER_EARLIER_RANGE * (max(earlier) - min(earlier)))
+    if above_earlier < clear_of_earlier:  # checked before the fit: most series end below their earlier peak
         return None
-    earlier_slope, _ = theil_sen(shape.xs[:start], earlier, shape.max_points)
-    if shape.fit.shows_leak(Z_SUSPECT) and earlier_slope > LATE_EARLIER_OF_RATE * fit.slope:
-        return None  # it rose before as well: one line through the whole run tells it (`_per_iteration`)
+    # it rose before as well: one line through the whole run tells it (`_per_iteration`); two linear-time
+    # slopes tell it before the robust fit of the part after the hinge
+    rose_before = (robust_slope(shape.xs[:start], earlier) or 0.0) > LATE_EARLIER_OF_RATE * (robust_slope(xs, ys) or 0.0)
+    if rose_before and shape.fit.shows_leak(Z_SUSPECT):
+        return None
+    fit = _fit_line(xs, ys, shape.noise, shape.max_points)
+    if not (fit.shows_leak(Z_SUSPECT) and above_earlier >= 0.5 * fit.total):
+        return None
     verdict: VerdictName = "leak" if fit.shows_leak(Z_LEAK) else "suspect"
     return shape.finding(verdict, "per-iteration", fit=fit, started_at=xs[0])
 

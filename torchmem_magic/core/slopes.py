@@ -337,7 +337,7 @@ def evenly_spaced(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float]
 
 
 def hinge_step(xs: Sequence[float], ys: Sequence[float], first_share: float, last_share: float,
-               candidates: int = 40) -> float | None:
+               candidates: int = 40, max_points: int = 200) -> float | None:
     """The step at which a level, then a line rising from it, fits the series best (least squares, over the
     evenly spaced samples), among the steps from `first_share` to `last_share` of the run; None where no such
     hinge rises.
@@ -345,23 +345,27 @@ def hinge_step(xs: Sequence[float], ys: Sequence[float], first_share: float, las
     A leak that starts part-way is a hockey stick: a line through the whole run fits it so badly that its
     own residuals hide the rise. The hinge says where to judge the rise from."""
     fit_xs, fit_ys = evenly_spaced(xs, ys)
+    if len(fit_xs) > max_points:  # every step sampled: an even subsample costs the same however long the run
+        keep = [round(i * (len(fit_xs) - 1) / (max_points - 1)) for i in range(max_points)]
+        fit_xs, fit_ys = [fit_xs[i] for i in keep], [fit_ys[i] for i in keep]
+    n = len(fit_xs)
     span = fit_xs[-1] - fit_xs[0] if fit_xs else 0.0
-    if len(fit_xs) < 8 or span <= 0:
+    if n < 8 or span <= 0:
         return None
-    first = fit_xs[0] + first_share * span
-    steps = [first + i * (last_share - first_share) * span / (candidates - 1) for i in range(candidates)]
-    best: tuple[float, float] | None = None  # (squared error, step)
     y_mean = statistics.fmean(fit_ys)
-    for step in steps:
-        rise = [max(0.0, x - step) for x in fit_xs]
-        rise_mean = statistics.fmean(rise)
-        spread = sum((r - rise_mean) ** 2 for r in rise)
-        if spread <= 0:
-            continue
-        slope = sum((r - rise_mean) * (y - y_mean) for r, y in zip(rise, fit_ys)) / spread
-        error = sum((y - y_mean - slope * (r - rise_mean)) ** 2 for r, y in zip(rise, fit_ys))
-        if slope > 0 and (best is None or error < best[0]):
-            best = (error, step)
+    centred = [y - y_mean for y in fit_ys]
+    best: tuple[float, float] | None = None  # (the squared error the hinge takes away, step)
+    for i in range(candidates):
+        step = fit_xs[0] + (first_share + i * (last_share - first_share) / (candidates - 1)) * span
+        tail = bisect.bisect_right(fit_xs, step)
+        rise = [x - step for x in fit_xs[tail:]]  # the hinge's regressor, 0 before the step
+        rise_sum, rise_squares = sum(rise), sum(r * r for r in rise)
+        spread = rise_squares - rise_sum * rise_sum / n
+        covariance = sum(r * y for r, y in zip(rise, centred[tail:]))
+        if spread > 0 and covariance > 0:  # a rising line; least squares removes covariance² / spread
+            explained = covariance * covariance / spread
+            if best is None or explained > best[0]:
+                best = (explained, step)
     return None if best is None else best[1]
 
 
@@ -384,8 +388,10 @@ def growth_stopped(xs: Sequence[float], ys: Sequence[float], noise: float, share
     n = len(ys)
     if n < min_flat_points + 2:
         return None
-    level = [statistics.median(ys[max(0, i - 1): i + 2]) for i in range(n)]
     end_level = statistics.median(ys[-min(PERSISTENCE_POINTS, n):])
+    if end_level - min(ys) <= LEVEL_NOISE_SCALES * noise:  # no rise beyond the noise: nothing stopped
+        return None
+    level = [ys[0], *(max(min(a, b), min(max(a, b), c)) for a, b, c in zip(ys, ys[1:], ys[2:])), ys[-1]]
     rise_bytes = end_level - min(level)
     tolerance = max(LEVEL_NOISE_SCALES * noise, share_of_rise * rise_bytes)
     if rise_bytes <= tolerance:
