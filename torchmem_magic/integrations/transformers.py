@@ -67,6 +67,7 @@ class MemwatchCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._watch.begin(end_unseen=True, leave_out=other_ranks_pids())  # every rank starts here together
+        self._evaluating = False
         trainer = _running_trainer()
         if trainer is not None and self._watch.session is not None:
             self._with_our_keys(trainer)
@@ -81,6 +82,9 @@ class MemwatchCallback(TrainerCallback):
         if self._evaluating:
             self._evaluating = False
             self._watch.mark_phase("evaluation", began=False)
+
+    def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        self._evaluating = False  # `predict()`'s prediction steps were no evaluation: its end is not one either
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         report = self._watch.end_of_run(None, shows=bool(state.is_world_process_zero))
