@@ -7,6 +7,7 @@ against what the leaking resource grew over the whole run, says whether the phas
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ class PhasePass:
     def grew(self, column: str) -> float:
         """What the pass added to `column` (0 where either reading lacks it)."""
         start, end = self.before.get(column), self.after.get(column)
-        if start is None or end is None or start != start or end != end:  # NaN: the source was absent
+        if start is None or end is None or math.isnan(start) or math.isnan(end):  # the source was absent
             return 0.0
         return end - start
 

@@ -195,7 +195,7 @@ def _filled_then_flat(shape: _Shape) -> ResourceFinding | None:
     """Growth that stopped: a rise (a cache or memo filling, bounded by the data), then flat within noise
     to the end over at least as many steps as the rise took. Clean: only growth that goes on is a leak."""
     stopped = growth_stopped(shape.xs, shape.ys, shape.noise, FLAT_OF_RISE, LATE_MIN_READINGS)
-    return None if stopped is None else shape.finding("clean", None, slope=0.0)
+    return shape.finding("clean", None, slope=0.0) if stopped else None
 
 
 def _per_iteration(shape: _Shape) -> ResourceFinding | None:

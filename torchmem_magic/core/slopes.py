@@ -369,41 +369,32 @@ def hinge_step(xs: Sequence[float], ys: Sequence[float], first_share: float, las
     return None if best is None else best[1]
 
 
-@dataclass(frozen=True)
-class Stopped:
-    """Growth that stopped: it rose from `rise_from` to `flat_from` (indices), then stayed flat to the end."""
-
-    rise_from: int
-    flat_from: int
-    rise_bytes: float
-
-
 def growth_stopped(xs: Sequence[float], ys: Sequence[float], noise: float, share_of_rise: float,
-                   min_flat_points: int) -> Stopped | None:
-    """The run's growth, where it stopped: the readings since `flat_from` stay within the larger of
+                   min_flat_points: int) -> bool:
+    """Whether the run's growth stopped: the readings since `flat_from` stay within the larger of
     LEVEL_NOISE_SCALES noises and `share_of_rise` of the rise of their end level (medians of 3, so one
     temporary does not end the flat), over at least as many steps as the rise took, with no trend that
-    grows more than that band over them; None where they do not (growth that goes on, or a rest too short yet to
+    grows more than that band over them; not where they do not (growth that goes on, or a rest too short yet to
     tell)."""
     n = len(ys)
     if n < min_flat_points + 2:
-        return None
+        return False
     end_level = statistics.median(ys[-min(PERSISTENCE_POINTS, n):])
     if end_level - min(ys) <= LEVEL_NOISE_SCALES * noise:  # no rise beyond the noise: nothing stopped
-        return None
+        return False
     level = [ys[0], *(max(min(a, b), min(max(a, b), c)) for a, b, c in zip(ys, ys[1:], ys[2:])), ys[-1]]
     rise_bytes = end_level - min(level)
     tolerance = max(LEVEL_NOISE_SCALES * noise, share_of_rise * rise_bytes)
     if rise_bytes <= tolerance:
-        return None
+        return False
     flat_from = n
     while flat_from > 0 and abs(level[flat_from - 1] - end_level) <= tolerance:
         flat_from -= 1
     below = [i for i in range(flat_from) if level[i] <= end_level - rise_bytes + tolerance]
     rise_from = below[-1] if below else 0
     if n - flat_from < min_flat_points or xs[-1] - xs[flat_from] < xs[flat_from] - xs[rise_from]:
-        return None
+        return False
     flat_slope, _ = theil_sen(xs[flat_from:], ys[flat_from:], PERSISTENCE_POINTS * 8)
     if flat_slope * (xs[-1] - xs[flat_from]) > tolerance:  # a line that fits in the band: still growing
-        return None
-    return Stopped(rise_from, flat_from, rise_bytes)
+        return False
+    return True
