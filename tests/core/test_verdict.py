@@ -668,3 +668,16 @@ def test_a_sawtooth_ends_on_a_rise_and_is_no_late_leak(period: int) -> None:
         rng = random.Random(seed)
         values = [BASE + 256 * 1024 * (s % period) + rng.gauss(0, 128 * 1024) for s in steps]
         assert decide([Series("heap", steps, values)]).verdict == "clean", (period, seed)
+
+
+def test_a_late_ramp_read_five_times_is_still_a_leak_when_too_short_for_a_line() -> None:
+    """Steps as a fast kernel loop samples them (every step to 64, then 88, 128, 168, 210, 238, 261, 293 and
+    the end), a leak of 293 KiB/step from step 180: five jumps in a row are a ramp read thinly, too few
+    readings for the late rule's line. Judged as a line only, it was clean (seen in a kernel); its jumps
+    still make it a leak."""
+    steps = [float(s) for s in [*range(1, 65), 88, 128, 168, 210, 238, 261, 293, 300]]
+    for seed in range(4):
+        rng = random.Random(seed)
+        values = [BASE + 293 * 1024 * max(0.0, s - 180) + rng.gauss(0, 64 * 1024) for s in steps]
+        f = analyse(Series("heap", steps, values), ends_after_block=True)
+        assert f.verdict == "leak", (seed, f)

@@ -177,11 +177,16 @@ def _sporadic(shape: _Shape) -> ResourceFinding | None:
     many falls is noise or a sawtooth)."""
     xs, ys, jumps, net = shape.xs, shape.ys, shape.jumps, shape.net
     jump_growth = sum(ys[i] - ys[i - 1] for i in jumps)
-    # jumps at RAMP_READINGS readings in a row are a ramp sampled thinly (each reading many steps past the last)
-    ramp = any(later - first == RAMP_READINGS - 1 for first, later in zip(jumps, jumps[RAMP_READINGS - 1:]))
-    sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps) and not ramp
+    sporadic_jumps = len(jumps) <= max(3, len(ys) // 5) and spread_over_run(xs, jumps)
     if not (sporadic_jumps and 0.7 * net < jump_growth < 1.5 * net and net > MIN_TOTAL_BYTES):
         return None
+    # jumps at RAMP_READINGS readings in a row are a ramp sampled thinly (each reading many steps past the
+    # last): judged as a line (one that stopped, began late, or runs through) where those rules can judge
+    # it; else, with too few readings for that, still as jumps
+    if any(later - first == RAMP_READINGS - 1 for first, later in zip(jumps, jumps[RAMP_READINGS - 1:])):
+        as_line = _filled_then_flat(shape) or _started_late(shape) or _per_iteration(shape)
+        if as_line is not None:
+            return as_line
     # with thinned sampling a jump is only known to lie between two sampled steps; one that only the
     # reading after the block shows (it repeats the last step) lies in the last step
     ranges = tuple((min(int(xs[i - 1]) + 1, int(xs[i])), int(xs[i])) for i in jumps)
