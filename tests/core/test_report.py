@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from torchmem_magic.core.ended import ended_by
 from torchmem_magic.analysis.forensics import WorkerExit
 from torchmem_magic.core.model import DeviceMemory, SourceErrors, Suspect
 from torchmem_magic.render.text import status_line
@@ -81,7 +82,7 @@ def test_a_worker_death_is_explained_from_its_exit_status_whatever_the_loop_saw(
     tl = timeline(50, shm_used=15.5 * MIB, workers_bytes=80 * MIB)
     shm = ShmEvidence("/mnt/small-shm", 16 * MIB, "file_descriptor", 3)
     report = assemble_report(evidence(
-        tl, 50, shm=shm, exception=ConnectionResetError(104, "Connection reset by peer"),
+        tl, 50, shm=shm, ended=ended_by(ConnectionResetError(104, "Connection reset by peer")),
         worker_exits=(WorkerExit(4242, signal.SIGBUS, None), WorkerExit(4243, signal.SIGTERM, None)),
         workers=WorkerEvidence(2, 2, ((4242, 80 * MIB, 60 * MIB), (4243, 70 * MIB, 50 * MIB))),
     ))
@@ -100,7 +101,7 @@ def test_workers_that_ended_normally_explain_nothing_and_unknown_workers_fall_ba
     normal = assemble_report(evidence(tl, 50, worker_exits=(WorkerExit(1, None, 0),)))
     assert not any("DataLoader worker" in a for a in normal.advice)
     message = RuntimeError("DataLoader worker (pid(s) 77) exited unexpectedly")
-    unseen = assemble_report(evidence(tl, 50, exception=message))
+    unseen = assemble_report(evidence(tl, 50, ended=ended_by(message)))
     assert unseen.advice[0].startswith("DataLoader worker 77 died: neither memory nor /dev/shm was near its limit")
 
 

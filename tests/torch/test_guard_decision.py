@@ -4,6 +4,9 @@ variable, its texts; and the step request that raises through the step hooks."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import math
 import pickle
 from typing import cast
@@ -333,13 +336,18 @@ def test_the_sampler_and_the_step_check_ask_for_one_error_between_them() -> None
     assert isinstance(from_sampler, MemoryGuardError)
     assert guard.check_step(_step_row(5), run, stride_steps=1) is None
     requests = StepRequests(on_error=lambda exc: None)
+    requests.on_raise = guard.note_raised  # as the session wires them
     requests.raise_at_step(from_sampler)
     with pytest.raises(MemoryGuardError) as caught:  # the session runs the requests after its step check
         requests.run(5)
-    assert caught.value is from_sampler and not requests.pending
+    assert caught.value is from_sampler and not requests.pending and guard.raised
+    first_trip, raised = from_sampler.trip, weakref.ref(from_sampler)
+    del from_sampler, caught
+    gc.collect()
+    assert raised() is None  # the guard keeps no error it raised (its traceback holds the loop's frames)
     # raised, and the loop caught it and went on: the next trip asks again
     again = guard.check_step(_step_row(6), run, stride_steps=1)
-    assert isinstance(again, MemoryGuardError) and again is not from_sampler and guard.trip is from_sampler.trip
+    assert isinstance(again, MemoryGuardError) and guard.trip is first_trip
 
 
 def test_a_better_clock_restarts_the_step_checks_growth() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from test_report import GIB, MIB, evidence, timeline
 
+from torchmem_magic.core.ended import ended_by
 from torchmem_magic.tracing.hooks import TrainingHooks
 from torchmem_magic.core.model import DeviceMemory, RankSummary, SourceErrors, Suspect
 from torchmem_magic.probes.nvml import NvmlProcesses, normalized_uuid
@@ -81,10 +82,10 @@ def _rows(series: Any) -> list[dict[str, float]]:
 
 
 def test_the_exception_that_ended_a_rank_keeps_its_type_name_and_message() -> None:
-    ended = evidence(timeline(10), 10, exception=ValueError("bad batch"))
+    ended = evidence(timeline(10), 10, ended=ended_by(ValueError("bad batch")))
     report = assemble_report(evidence_from(evidence_fields(ended), timeline(10)))
     assert (report.status, report.error) == ("error", "ValueError: bad batch")
-    interrupted = evidence_from(evidence_fields(evidence(timeline(10), 10, exception=KeyboardInterrupt())), timeline(10))
+    interrupted = evidence_from(evidence_fields(evidence(timeline(10), 10, ended=ended_by(KeyboardInterrupt()))), timeline(10))
     assert assemble_report(interrupted).status == "interrupted"
 
 
@@ -346,6 +347,8 @@ def test_hooks_firing_in_a_forked_process_go_to_that_process_watcher_only() -> N
 def test_how_a_rank_ended_comes_from_its_exit_status_or_its_launchers_exception() -> None:
     from torchmem_magic.analysis.forensics import WorkerExit
     from torchmem_magic.ranks.feed import RankFeeds
+    from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
+
     from torchmem_magic.stream.feed import RankFeed
 
     gone = 2**22 + 12345  # no such process
@@ -354,13 +357,13 @@ def test_how_a_rank_ended_comes_from_its_exit_status_or_its_launchers_exception(
     finished.exit = WorkerExit(gone, None, 1)
     assert RankFeeds._ending(finished, None) == ("error", "exit code 1")
     raised = RankFeed(gone, final={"steps": 10})
-    launcher = SimpleNamespace(error_pid=gone)  # torch's ProcessRaisedException names the process
-    assert RankFeeds._ending(raised, launcher) == ("error", "raised an exception")  # type: ignore[arg-type]
+    launcher = ended_by(ProcessRaisedException("boom", 1, gone))  # torch's launcher names the process
+    assert RankFeeds._ending(raised, launcher) == ("error", "raised an exception")
     killed = RankFeed(gone, exit=WorkerExit(gone, 9, None))
     assert RankFeeds._ending(killed, None) == ("killed", "SIGKILL")
     silent = RankFeed(gone)
-    assert RankFeeds._ending(silent, SimpleNamespace(error_pid=gone, signal_name="SIGBUS", exit_code=-7)) == (  # type: ignore[arg-type]
-        "killed", "SIGBUS")
+    bus_error = ended_by(ProcessExitedException("died", 1, gone, -7, "SIGBUS"))
+    assert RankFeeds._ending(silent, bus_error) == ("killed", "SIGBUS")
     assert RankFeeds._ending(RankFeed(os.getpid()), None) == ("running", None)
 
 

@@ -12,6 +12,10 @@ def _nothing() -> None:
     pass
 
 
+def _ignore(exc: BaseException) -> None:
+    pass
+
+
 class StopTraining(KeyboardInterrupt):
     """Raised at an optimizer-step boundary when the user asked to stop (the Stop button).
 
@@ -39,6 +43,8 @@ class StepRequests:
         self.pending = False
         #: opens the step gate once something is asked: the loop's next step runs it
         self.wake: Callable[[], None] = _nothing
+        #: told of each exception `run` raises on purpose, as it raises it (the guard, which keeps none)
+        self.on_raise: Callable[[BaseException], None] = _ignore
 
     def start(self) -> None:
         self.open = True
@@ -76,6 +82,7 @@ class StepRequests:
                 self._on_error(exc)
         raising, self._raise = self._raise, None
         if raising is not None:
+            self.on_raise(raising)
             raise raising
         if self._stop.is_set():
             self._stop.clear()

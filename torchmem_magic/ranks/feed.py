@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from ..core.ended import Ended
 from ..core.model import RankSummary
 from ..probes.oom_kills import oom_kill_counts
 from ..probes.exits import ExitWitness
@@ -203,7 +204,7 @@ class RankFeeds:
         with self._lock:
             return list(self.feeds.values())
 
-    def summaries(self, ended_by: BaseException | None = None) -> tuple[RankSummary, ...] | None:
+    def summaries(self, ended_by: Ended | None = None) -> tuple[RankSummary, ...] | None:
         """Every rank's summary (None when no rank reported: a single-process run).
 
         `ended_by` is what ended the watched block; a launcher's exception naming a process
@@ -268,12 +269,12 @@ class RankFeeds:
             feed.oom_killed = any(now.get(where, 0) > count for where, count in self._oom_before.items())
 
     @staticmethod
-    def _ending(feed: RankFeed, ended_by: BaseException | None) -> tuple[str | None, str | None]:
+    def _ending(feed: RankFeed, ended_by: Ended | None) -> tuple[str | None, str | None]:
         """(status, how it ended) for a rank without its final message; (None, ...) keeps the report's."""
         ended = died_of(feed)
-        if ended is None and getattr(ended_by, "error_pid", None) == feed.pid:
-            signal_name = _signal_name(getattr(ended_by, "signal_name", None))
-            code = getattr(ended_by, "exit_code", None)
+        if ended is None and ended_by is not None and ended_by.error_pid == feed.pid:
+            signal_name = _signal_name(ended_by.signal_name)
+            code = ended_by.exit_code
             ended = signal_name or (f"exit code {code}" if code else "raised an exception")
         if feed.final is not None:  # it finished its run; a failure its launcher saw still counts
             return ("error" if ended is not None else None), ended

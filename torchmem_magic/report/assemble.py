@@ -24,6 +24,7 @@ from ..core.model import (
     VramSummary,
 )
 from ..core import resources
+from ..core.ended import Ended
 from ..core.options import DEFAULT_SHM_PATH
 from .merge import with_ranks
 from ..core.resources import HEAP, RAM, SHM
@@ -143,10 +144,10 @@ def diagnose(
 # ----------------------------------------------------------------------------- the report
 
 
-def status_of(exc: BaseException | None) -> Status:
-    if exc is None:
+def status_of(ended: Ended | None) -> Status:
+    if ended is None:
         return "ok"
-    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+    return "interrupted" if ended.interrupted else "error"
 
 
 def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary | None) -> list[str]:
@@ -155,8 +156,8 @@ def worker_death_advice(evidence: RunEvidence, ram: RamSummary, shm: ShmSummary 
     Decided from the workers' exit statuses; the exception's text is only read when no status is
     known (workers started before the run, whose PIDs the hook never saw)."""
     death = death_from_exits(evidence.worker_exits)
-    if death is None and evidence.exception is not None:
-        death = parse_worker_death(str(evidence.exception))
+    if death is None and evidence.ended is not None:
+        death = parse_worker_death(evidence.ended.message)
     if death is None:
         return []
     by_time = evidence.timeline.by_time
@@ -234,7 +235,7 @@ def assemble_report(
 
     `max_rows`, `max_points`: what the verdict judges at most (`diagnose`); None judges every row, as a
     run's own report does. A report of many ranks bounds them (RANK_VERDICT_ROWS)."""
-    timeline, exc = evidence.timeline, evidence.exception
+    timeline, ended = evidence.timeline, evidence.ended
     by_time = timeline.by_time
     summarised = summaries(evidence)
     ram, vram, shm = summarised["ram"], summarised["vram"], summarised["shm"]
@@ -251,7 +252,7 @@ def assemble_report(
     summarised = _with_rates(summarised, diagnosis, timeline, evidence.clock)
     own = {f.name for f in fields(Report)}
     report = Report(
-        status=status_of(exc),
+        status=status_of(ended),
         wall_s=evidence.wall_s,
         samples=by_time.count,
         interval_s=evidence.interval_s,
@@ -270,7 +271,7 @@ def assemble_report(
         seconds_to_exhaustion=diagnosis.seconds_to_exhaustion,
         per_step_error_bytes=diagnosis.per_step_error_bytes,
         sporadic_steps=diagnosis.sporadic_steps,
-        error=None if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "),
+        error=None if ended is None else ended.line(),
         source_errors=evidence.source_errors,
         clock=evidence.clock,
         optimizer_steps=evidence.steps if evidence.optimizer_steps is None else evidence.optimizer_steps,

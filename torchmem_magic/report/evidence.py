@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..analysis.forensics import WorkerExit
 from ..analysis.holders import HolderSearch
 from ..analysis.phases import PhasePass
+from ..core.ended import Ended
 from ..core.model import Clock, DeviceMemory, RankSummary, SourceErrors, Suspect
 from ..core.timeline import Timeline
 
@@ -52,7 +53,7 @@ class RunEvidence:
     devices_end: tuple[DeviceMemory, ...] = ()
     first_pass_batches: int | None = None  # batches in a multi-worker DataLoader's first pass
     suspects: tuple[Suspect, ...] = ()
-    exception: BaseException | None = None  # what ended the block, if anything
+    ended: Ended | None = None  # what ended the block, if anything (as data: never the exception)
     source_errors: tuple[SourceErrors, ...] = ()
     clock: Clock = "optimizer"  # what a step is
     optimizer_steps: int | None = None  # None: the same as `steps` (the clock is the optimizer)

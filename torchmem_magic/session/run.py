@@ -26,6 +26,7 @@ from .lifecycle import (
 from .background import BackgroundReadings
 from .live_view import Listener, LiveView
 from .step_path import StepPath
+from ..core.ended import ended_by
 from ..core.model import Clock, Suspect
 from ..core.options import SessionOptions
 from ..probes.accelerator import parse_device
@@ -174,6 +175,7 @@ class MemwatchSession:
                     options.guard_share, probes.limit, shm.total_bytes if shm else None, probes.accelerator,
                     options.interval_s, shm=probes.shm,
                 )
+                self.requests.on_raise = self.guard.note_raised
             if self.finder is None or not self.finder.inherits_scan:  # a forked rank's watcher collected just before
                 collect_young_garbage()
             if self.finder is not None:  # what each name held before the cell: `new_in_cell`
@@ -330,8 +332,10 @@ class MemwatchSession:
         if self._phases is not None and self.runtime.running:
             self._phases.mark(name, began)
 
-    def _evidence(self, ended_by: BaseException | None, suspects: tuple[Suspect, ...]) -> RunEvidence:
-        """What this run gathered, as plain data for `assemble_report`."""
+    def _evidence(self, exc: BaseException | None, suspects: tuple[Suspect, ...]) -> RunEvidence:
+        """What this run gathered, as plain data for `assemble_report`: what ended it as an `Ended`, never
+        the exception, whose traceback holds the user's frames for as long as the evidence lives."""
+        ended = ended_by(exc)
         assert self.probes is not None
         counter, finder = self.step_counter, self.finder
         errors = [*self.probes.error_counts(), *(part.errors for part in (self._hooks, self._sampler) if part is not None)]
@@ -342,11 +346,11 @@ class MemwatchSession:
             **self.probes.evidence_fields(),
             **counter.evidence_fields(self.timeline),
             suspects=suspects,
-            exception=ended_by,
+            ended=ended,
             source_errors=merged_errors(errors),
             **({} if finder is None else finder.evidence_fields()),
-            ranks=None if self.ranks is None else self.ranks.summaries(ended_by),
-            guard_advice=() if self.guard is None else self.guard.advice(ended_by, counter.clock, counter.steps),
+            ranks=None if self.ranks is None else self.ranks.summaries(ended),
+            guard_advice=() if self.guard is None else self.guard.advice(ended, counter.clock, counter.steps),
             phase_passes=() if self._phases is None else tuple(self._phases.passes),
         )
 

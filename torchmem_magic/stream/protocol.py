@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
+from ..core.ended import Ended
 from ..core.model import Clock, DeviceMemory, SourceErrors, Suspect, from_schema_dict
 from ..report.evidence import RunEvidence, WorkerEvidence
 from ..core.timeline import COLUMNS, NAN, Row, Timeline
@@ -90,7 +92,6 @@ def apply_events(timeline: Timeline, events: list[Any]) -> None:
 def evidence_fields(evidence: RunEvidence) -> dict[str, Any]:
     """Everything in `evidence` but the timeline (streamed already) and host-wide figures (shm)."""
     workers = evidence.workers
-    exc = evidence.exception
     return {
         "steps": evidence.steps,
         "wall_s": evidence.wall_s,
@@ -103,7 +104,7 @@ def evidence_fields(evidence: RunEvidence) -> dict[str, Any]:
         "devices_end": [d.to_dict() for d in evidence.devices_end],
         "first_pass_batches": evidence.first_pass_batches,
         "suspects": [s.to_dict() for s in evidence.suspects],
-        "error": None if exc is None else [type(exc).__name__, str(exc)],
+        "error": None if evidence.ended is None else asdict(evidence.ended),
         "source_errors": [e.to_dict() for e in evidence.source_errors],
         "clock": evidence.clock,
         "optimizer_steps": evidence.optimizer_steps,
@@ -114,15 +115,16 @@ def evidence_fields(evidence: RunEvidence) -> dict[str, Any]:
     }
 
 
-def _exception(error: list[str] | None) -> BaseException | None:
-    """A stand-in for the exception that ended a rank's run: same type name, same message."""
+def _ended(error: Any) -> Ended | None:
+    """What ended a rank's run, as it sent it (`asdict(Ended)`; a [type name, message] pair from an older
+    sender)."""
     if not error:
         return None
-    name, message = error[0], error[1]
-    if name == "KeyboardInterrupt":
-        return KeyboardInterrupt(message)
-    stand_in: BaseException = type(name, (Exception,), {})(message)
-    return stand_in
+    if isinstance(error, list):
+        name, message = str(error[0]), str(error[1])
+        return Ended(name, message, interrupted=name == "KeyboardInterrupt")
+    ended: Ended = from_schema_dict(Ended, error)
+    return ended
 
 
 def evidence_from(fields: dict[str, Any], timeline: Timeline) -> RunEvidence:
@@ -143,7 +145,7 @@ def evidence_from(fields: dict[str, Any], timeline: Timeline) -> RunEvidence:
         devices_end=tuple(from_schema_dict(DeviceMemory, d) for d in fields.get("devices_end", ())),
         first_pass_batches=fields.get("first_pass_batches"),
         suspects=tuple(from_schema_dict(Suspect, s) for s in fields.get("suspects", ())),
-        exception=_exception(fields.get("error")),
+        ended=_ended(fields.get("error")),
         source_errors=tuple(from_schema_dict(SourceErrors, e) for e in fields.get("source_errors", ())),
         clock=fields.get("clock", "time"),
         optimizer_steps=fields.get("optimizer_steps"),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..core import resources
 from ..analysis.holder_trends import top_holder
 from ..core.slopes import robust_slope
+from ..core.ended import Ended
 from ..core.step_requests import RaisedAtStep
 from ..analysis.guard_rules import GuardTrip, Level, guard_trip, steps_to_next_check
 from ..render.advice.guard import guard_advice, guard_message, guard_status, holder_line, threshold_label
@@ -102,7 +103,8 @@ class MemoryGuard:
         self.levels: tuple[Level, ...] = ()  # at the last check
         self.horizon_s = interval_s
         self.trip: GuardTrip | None = None  # the first one
-        self._error: MemoryGuardError | None = None  # the last one asked for
+        self._asked = False  # an error was asked for and is not raised yet (the error itself is not kept)
+        self.raised = False  # a MemoryGuardError was raised into the loop
         self._asking = threading.Lock()  # the sampler's check and the step check ask for one error between them
         self._shm = shm
         self._last_step: tuple[float, float, dict[str, float]] | None = None  # (t_s, step, used) at the last step check
@@ -177,13 +179,20 @@ class MemoryGuard:
 
     def _ask(self, trip: GuardTrip, run: Watching) -> MemoryGuardError | None:
         """The MemoryGuardError for `trip`; None while one asked for (by either check) is not raised yet
-        (a raised one has a traceback: the loop caught it and went on), so one trip raises once."""
+        (once raised, `note_raised` says so: the loop may catch it and go on), so one trip raises once.
+        The error is not kept: once raised, its traceback holds the user's frames."""
         with self._asking:
-            if self._error is not None and self._error.__traceback__ is None:
+            if self._asked:
                 return None
             self.trip = self.trip or trip
-            self._error = MemoryGuardError(guard_message(trip, run.clock, _top_holder(run)), trip)
-            return self._error
+            self._asked = True
+            return MemoryGuardError(guard_message(trip, run.clock, _top_holder(run)), trip)
+
+    def note_raised(self, exc: BaseException) -> None:
+        """The step path raised `exc` into the loop: if it is the guard's, the next trip may ask again."""
+        if isinstance(exc, MemoryGuardError):
+            with self._asking:
+                self._asked, self.raised = False, True
 
     def _growth(self, resource: str) -> tuple[float | None, float | None, float | None]:
         """(bytes per second, bytes per step, seconds measured over) over the last rows; None where
@@ -223,11 +232,6 @@ class MemoryGuard:
             step_s = last_s - first_s
         return check_s + step_s
 
-    @property
-    def raised(self) -> bool:
-        """True once a MemoryGuardError was raised into the loop."""
-        return self._error is not None and self._error.__traceback__ is not None
-
     def status_text(self, clock: str) -> str | None:
         """The live status line's part: the level, and how soon the threshold comes at this rate."""
         return guard_status(self.levels, self.share, self.trip is not None and not self.raised, clock)
@@ -243,9 +247,10 @@ class MemoryGuard:
             out.append((_COLUMNS[resource], self.share * limit_bytes, threshold_label(self.share, resource)))
         return out
 
-    def advice(self, ended_by: BaseException | None, clock: str, steps: int) -> tuple[str, ...]:
+    def advice(self, ended: Ended | None, clock: str, steps: int) -> tuple[str, ...]:
         """The report's line on what the guard did (nothing when it never tripped)."""
-        return guard_advice(self.trip, self.share, isinstance(ended_by, MemoryGuardError), self.raised, clock, steps)
+        stopped = ended is not None and ended.on_purpose and ended.type_name == MemoryGuardError.__name__
+        return guard_advice(self.trip, self.share, stopped, self.raised, clock, steps)
 
 
 def _step_s(previous: tuple[float, float, dict[str, float]] | None, t_s: float, step: float) -> float | None:

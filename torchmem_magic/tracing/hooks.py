@@ -29,6 +29,11 @@ The hooks live in torch's global tables and classes, so a process forked while t
 has them too: a step there is handed to `on_foreign_process` (which may watch that process as a
 rank and `adopt` the hooks), never counted as the watcher's own.
 
+What torch keeps of these hooks holds nothing: each function put into torch's tables or wrapped around one
+of its attributes reaches the hooks through a weak reference only. A library may keep such a function
+after the run (dynamo's table of torch's callables, built at the first optimizer step of a process, keeps
+whatever `torch.compile` was then), and it must not keep the session, and through it the user's frames.
+
 `TrainingHooks` always removes what it installed. Callbacks run inside the user's loop, so their
 exceptions are counted, never raised into it, except a DataLoader worker's death (the user's error).
 
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -104,6 +110,7 @@ class TrainingHooks:
         self.active = False
         self.errors = ErrorCount("step/epoch hooks")
         self.missing: list[MissingInternal] = []  # what this torch lacks, found by install()
+        self._link = weakref.ref(self)  # all that the functions handed to torch hold of these hooks
 
     def use_gate(self, gate: StepGate) -> None:
         """Count the chosen clock's steps on `gate` (a session's); a process forked later opens it."""
@@ -211,7 +218,7 @@ class TrainingHooks:
     def _install_optimizer_hook(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
+        self._handles.append(register_optimizer_step_post_hook(_marked(_optimizer_hook(self._link))))
 
     def _patch(
         self, key: str, module: str, name: str, make_wrapper: Callable[[Any], Callable[..., Any]], attr: str | None = None
@@ -242,13 +249,14 @@ class TrainingHooks:
     def _install_forward_hooks(self) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        pre = register_module_forward_pre_hook(self._before_forward)
+        before, after = _forward_hooks(self._link)
+        pre = register_module_forward_pre_hook(_marked(before))
         try:
-            after = register_module_forward_hook(self._after_forward, always_call=True)
+            post = register_module_forward_hook(_marked(after), always_call=True)
         except BaseException:
             pre.remove()
             raise
-        self._forward_handles = [pre, after]
+        self._forward_handles = [pre, post]
 
     def _remove_forward_hooks(self) -> None:
         for handle in self._forward_handles:
@@ -285,86 +293,43 @@ class TrainingHooks:
         self.remove()
 
     # ------------------------------------------------------------------ the clocks
-    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """torch's global optimizer post-hook: a step before the gate's due step is counted there."""
-        if _is_compiling():
-            return
-        gate = self.gate
-        if gate.clock == "optimizer" and gate.step + 1 < gate.due_step:
-            gate.step += 1
-            return
-        __tracebackhide__ = True
-        self._tick("optimizer")
-
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def run_backward(*args: Any, **kwargs: Any) -> Any:
-            """The engine's backward, then the step on the gate or `_tick("backward")`. A backward run inside
-            another (a reentrant checkpoint's re-run forward and backward) is part of that one: not a step."""
-            __tracebackhide__ = True
-            if _is_compiling():
-                return original(*args, **kwargs)
-            self._backward_depth += 1
-            try:
-                result = original(*args, **kwargs)
-            finally:
-                self._backward_depth -= 1
-            if not self._backward_depth:
-                gate = self.gate
-                if gate.clock == "backward" and gate.step + 1 < gate.due_step:
-                    gate.step += 1
-                else:
-                    self._tick("backward")
-            return result
-
-        return run_backward
-
-    def _before_forward(self, module: Any, args: Any) -> None:
-        if _is_compiling():
-            return
-        local = self._forward_state
-        if getattr(local, "outermost", None) is None:
-            local.outermost = module
-
-    def _after_forward(self, module: Any, args: Any, output: Any) -> None:
-        """Also runs when the forward raised. After a KeyboardInterrupt (which skips it) the stale
-        outermost module is still the next outermost call, so the count heals itself."""
-        __tracebackhide__ = True
-        if _is_compiling():
-            return
-        local = self._forward_state
-        if getattr(local, "outermost", None) is module:
-            local.outermost = None
-            gate = self.gate
-            if gate.clock == "forward" and gate.step + 1 < gate.due_step:
-                gate.step += 1
-            else:
-                self._tick("forward")
+        return _backward_wrapper(self._link, original)
 
     def _wrap_compile(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        link = self._link
+
         def compile(*args: Any, **kwargs: Any) -> Any:
             """`torch.compile`, once the forward hooks are gone (for good: compiled code may run later)."""
-            self._remove_forward_hooks()
+            hooks = link()
+            if hooks is not None:
+                hooks._remove_forward_hooks()
             return original(*args, **kwargs)
 
         return compile
 
     # ------------------------------------------------------------------ DataLoader passes and batches
     def _wrap_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        link = self._link
+
         def __iter__(loader: Any) -> Any:
             iterator = original(loader)
-            if self.active and self.pid != this_process.pid:
-                try:
-                    self._foreign(None)
-                except Exception as exc:
-                    self.absorb_error(exc)
-            if self.active and self.pid == this_process.pid:
-                try:
-                    self._pass_began(loader, iterator)
-                except Exception as exc:
-                    self.absorb_error(exc)
+            hooks = link()
+            if hooks is not None and hooks.active:
+                hooks._iterated(loader, iterator)
             return iterator
 
         return __iter__
+
+    def _iterated(self, loader: Any, iterator: Any) -> None:
+        """A loader's pass began: in a forked process, its watcher's business; else this run's."""
+        try:
+            if self.pid != this_process.pid:
+                self._foreign(None)
+            if self.active and self.pid == this_process.pid:
+                self._pass_began(loader, iterator)
+        except Exception as exc:
+            self.absorb_error(exc)
 
     def _pass_began(self, loader: Any, iterator: Any) -> None:
         """A pass of `loader` began. While passes run one after the other its loader gives the batches
@@ -385,23 +350,115 @@ class TrainingHooks:
             self.on_loader(loader)
 
     def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        link = self._link
+
         def __next__(iterator: Any) -> Any:
             """The batch, then (unless a better clock is chosen) the step on the gate or `_tick("batch")`."""
             __tracebackhide__ = True
             batch = original(iterator)
-            if self.loaders.interleaved and self.active:
+            hooks = link()
+            if hooks is None:
+                return batch
+            if hooks.loaders.interleaved and hooks.active:
                 try:
-                    self._carried_by(self.loaders.iterator_loaders.get(iterator))
+                    hooks._carried_by(hooks.loaders.iterator_loaders.get(iterator))
                 except Exception as exc:
-                    self.absorb_error(exc)
-            gate = self.gate
+                    hooks.absorb_error(exc)
+            gate = hooks.gate
             if gate.clock == "batch" and gate.step + 1 < gate.due_step:
                 gate.step += 1
             elif gate.clock not in _ABOVE_BATCHES:
-                self._tick("batch")
+                hooks._tick("batch")
             return batch
 
         return __next__
+
+
+HooksLink = Callable[[], "TrainingHooks | None"]
+
+
+def _marked(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """`hook`, marked as ours (`installed_hook_count` finds it in torch's tables)."""
+    setattr(hook, WRAPPER_MARK, True)
+    return hook
+
+
+def _optimizer_hook(link: HooksLink) -> Callable[[Any, Any, Any], None]:
+    def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        """torch's global optimizer post-hook: a step before the gate's due step is counted there."""
+        if _is_compiling():
+            return
+        hooks = link()
+        if hooks is None:
+            return
+        gate = hooks.gate
+        if gate.clock == "optimizer" and gate.step + 1 < gate.due_step:
+            gate.step += 1
+            return
+        __tracebackhide__ = True
+        hooks._tick("optimizer")
+
+    return after_optimizer_step
+
+
+def _backward_wrapper(link: HooksLink, original: Callable[..., Any]) -> Callable[..., Any]:
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        """The engine's backward, then the step on the gate or `_tick("backward")`. A backward run inside
+        another (a reentrant checkpoint's re-run forward and backward) is part of that one: not a step."""
+        __tracebackhide__ = True
+        if _is_compiling():
+            return original(*args, **kwargs)
+        hooks = link()
+        if hooks is None:
+            return original(*args, **kwargs)
+        hooks._backward_depth += 1
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            hooks._backward_depth -= 1
+        if not hooks._backward_depth:
+            gate = hooks.gate
+            if gate.clock == "backward" and gate.step + 1 < gate.due_step:
+                gate.step += 1
+            else:
+                hooks._tick("backward")
+        return result
+
+    return run_backward
+
+
+def _forward_hooks(link: HooksLink) -> tuple[Callable[[Any, Any], None], Callable[[Any, Any, Any], None]]:
+    """The global forward pre-hook and hook that count calls of the outermost module."""
+
+    def before_forward(module: Any, args: Any) -> None:
+        if _is_compiling():
+            return
+        hooks = link()
+        if hooks is None:
+            return
+        local = hooks._forward_state
+        if getattr(local, "outermost", None) is None:
+            local.outermost = module
+
+    def after_forward(module: Any, args: Any, output: Any) -> None:
+        """Also runs when the forward raised. After a KeyboardInterrupt (which skips it) the stale
+        outermost module is still the next outermost call, so the count heals itself."""
+        __tracebackhide__ = True
+        if _is_compiling():
+            return
+        hooks = link()
+        if hooks is None:
+            return
+        local = hooks._forward_state
+        if getattr(local, "outermost", None) is module:
+            local.outermost = None
+            gate = hooks.gate
+            if gate.clock == "forward" and gate.step + 1 < gate.due_step:
+                gate.step += 1
+            else:
+                hooks._tick("forward")
+
+    return before_forward, after_forward
 
 
 def installed_hook_count() -> int:
@@ -418,7 +475,7 @@ def installed_hook_count() -> int:
         getattr(module, "_global_forward_hooks", None),
     )
     hooks = [hook for table in tables if isinstance(table, dict) for hook in table.values()]
-    ours = sum(1 for hook in hooks if getattr(hook, "__self__", None).__class__ is TrainingHooks)
+    ours = sum(1 for hook in hooks if getattr(hook, WRAPPER_MARK, False))
     owners = (
         (torch, "compile"),
         (torch.autograd, "_engine_run_backward"),
