@@ -238,3 +238,26 @@ def test_each_backend_reads_its_own_device_names_without_touching_a_device() -> 
     with pytest.raises(ValueError, match=r"takes 'cuda', 'cuda:N' or 'N' \(here also 'xpu:N'\), got 'tpu'"):
         parse_device("tpu", xpu)
     assert device.touched == []
+
+
+def test_a_cuda_error_in_the_driver_is_said_in_the_report_never_read_as_no_cuda() -> None:
+    """A broken driver (a CUDA call in a forked child, a lost device) raises inside the backend: the probe
+    still reads no device, and the report says the CUDA backend failed, with the driver's words."""
+
+    def broken() -> int:
+        raise RuntimeError("CUDA error: initialization error")
+
+    cuda = ModuleType("torch.cuda")
+    cuda.device_count = broken  # type: ignore[attr-defined]
+    cuda.is_initialized = lambda: True  # type: ignore[attr-defined]
+    probe = AcceleratorProbe(_torch=SimpleNamespace(cuda=cuda))
+    assert probe.read() == {} or all(math.isnan(v) for v in probe.read().values())
+    errors = {count.source: count for count in probe.error_counts()}
+    assert errors["CUDA backend"].count >= 1 and "CUDA error: initialization error" in errors["CUDA backend"].last
+    tl = Timeline()
+    for step in range(20):
+        tl.by_time.append({"t_s": step * 0.1, "step": float(step), "ram_bytes": float(GIB)})
+    summary = next(e.summary() for e in probe.error_counts() if e.source == "CUDA backend")
+    assert summary is not None
+    report = assemble_report(RunEvidence(tl, 20, 2.0, 0.1, 16 * GIB, "system", False, source_errors=(summary,)))
+    assert any(line.startswith("the CUDA backend failed") and "initialization error" in line for line in report.advice)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .scan.results import Budget, Root, RootStats
+from .scan.results import Budget, LooseRoot, Root, RootStats
 from .scan.plain_lists import PlainListMemo
 from .scan.scanner import scan_roots
 from .scan_schedule import ScanSchedule
@@ -75,7 +75,16 @@ class HolderTracker:
         self.spent_s = 0.0
         self.counted_storages: frozenset[tuple[object, ...]] = frozenset()  # what the scans reached (keys only)
         self._search_wanted: Callable[[], list[Root]] | None = None  # a search back, run at the next scan
-        self.found_roots: list[Root] = []  # holders no name reaches, found searching back: measured from then on
+        self._found: list[LooseRoot] = []  # holders no name reaches, found searching back: measured from then on
+
+    @property
+    def found_roots(self) -> list[Root]:
+        """The holders a search back found, those still alive (none is kept alive by this list)."""
+        return [root for root in (found.root() for found in self._found) if root is not None]
+
+    def let_go(self) -> None:
+        """The run ended: nothing found is followed any more."""
+        self._found = []
 
     def want_search(self, search: Callable[[], list[Root]]) -> None:
         """Run `search()` at the next scan (any thread may ask), as soon as the budget allows: the roots
@@ -97,7 +106,7 @@ class HolderTracker:
         started, cpu_started = clock(), cpu_clock()
         try:
             if search is not None:
-                self.found_roots.extend(search())
+                self._found.extend(LooseRoot(root) for root in search())
                 self.spent_s += clock() - started
                 started, cpu_started = clock(), cpu_clock()
             full = self.schedule.full_scan_allowed(started, self.scans)

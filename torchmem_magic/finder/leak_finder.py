@@ -385,6 +385,7 @@ class LeakFinder:
             self._scans, self._spent_s = self._tracker.scans, self._tracker.spent_s
             if not self._final_series:
                 self._final_series = self._tracker.snapshot()
+            self._tracker.let_go()
         self._roots = self._tracker = None
         self.scan_due = _never
 

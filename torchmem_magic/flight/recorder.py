@@ -227,12 +227,15 @@ class FlightRecorder:
         body = [_line(self._hello), _line(self._events(run, events))]
         body += [_line(m) for m in (self._holders, self._verdict) if m is not None]
         aside = self.path.with_name(self.path.name + ".tmp")
+        fd = -1
         try:
             fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
             os.write(fd, b"".join(body))
             os.replace(aside, self.path)
-        except OSError:
+        except OSError:  # a full disk: the old record stays, and so does its descriptor
             self.errors += 1
+            if fd >= 0:
+                os.close(fd)
             return
         old_fd, self._fd, self.bytes_written = self._fd, fd, sum(len(b) for b in body)
         if old_fd is not None:  # swapped first: a Ctrl-C here never leaves a closed number to close again

@@ -189,6 +189,7 @@ class MemwatchMagics(Magics):
                 print("torchmem_magic: interrupted before the cell ran (while memwatch started); nothing was "
                       "measured", file=sys.stderr)
                 raise exc.with_traceback(None) from None  # its frames (the start's scan) hold user objects
+            del session  # IPython keeps the traceback, with this frame: not the session (last_report() has its report)
             raise
         try:
             report = self._end(session, None, args, plot)

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import weakref
 from collections.abc import Callable
 from types import FrameType
@@ -18,6 +19,7 @@ from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
 from ..report.rates import leak_rate
 from ..report.scalars import memory_scalars
 from ..session.run import MemwatchSession, active_session, keep_as_last
+from ..tracing.frames import outermost_frame_of
 from .rank_gather import gathered_report
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ class TrainerWatch:
         weakref.finalize(self, _remove, self._handback_path)
         self.final_scalars: dict[str, float] = {}  # the figures at the run's end, as the report judged it
         self._session: MemwatchSession | None = None
+        self._finishing = threading.Lock()  # the end seen by the sampler thread and the end hook race
         self._undo_end_unseen: Callable[[], None] = _nothing
         self.at_finish: list[Callable[[], None]] = []  # what the callback undoes when the run ends, however
 
@@ -122,8 +125,9 @@ class TrainerWatch:
     def finish(self, exc: BaseException | None, show: bool = True) -> Report | None:
         """The run ended (`exc`: what ended it): its report, shown where `show` (a trainer's rank 0 shows
         it, its other ranks do not), and `final_scalars`; None where no session of this run's own ran."""
-        session, self._session = self._session, None
-        undo, self._undo_end_unseen = self._undo_end_unseen, _nothing
+        with self._finishing:
+            session, self._session = self._session, None
+            undo, self._undo_end_unseen = self._undo_end_unseen, _nothing
         undo()
         while self.at_finish:  # also where the figures came from a session around the run
             self.at_finish.pop()()
@@ -193,6 +197,14 @@ class TrainerWatch:
             raise LeakError(report)
 
 
+#: what ended a run whose trainer called no hook of ours as it failed, where its exception was caught
+FAILED_UNSEEN = "the trainer's run ended without its end hook: an exception left it (caught by the caller)"
+
+
+class TrainerRunFailed(Exception):
+    """A trainer's run ended by an exception that no hook of ours saw (its text: FAILED_UNSEEN)."""
+
+
 def _nothing() -> None:
     pass
 
@@ -213,7 +225,9 @@ def _write_quietly(path: str, text: str) -> None:
 def _end_unseen(watch: TrainerWatch) -> Callable[[], None]:
     """Where a failed run calls no hook, what ends its session with that failure: in IPython, the end of the
     cell (with the cell's error; a cell that ended well while the run did not, with none); in a script, the
-    uncaught exception, before the interpreter's own hook prints it. Returns what undoes it."""
+    uncaught exception, before the interpreter's own hook prints it, or, where the script catches it, the
+    sampler thread's next reading after the trainer's entry frame (`Trainer.train`) stopped running.
+    Returns what undoes it."""
     shell = _shell()
     if shell is not None:
         def after_cell(result: Any) -> None:
@@ -224,6 +238,12 @@ def _end_unseen(watch: TrainerWatch) -> Callable[[], None]:
         shell.events.register("post_run_cell", after_cell)
         return lambda: shell.events.unregister("post_run_cell", after_cell)
     previous = sys.excepthook
+    entry, session = outermost_frame_of("transformers", sys._getframe(1)), watch._session
+    if entry is not None and session is not None:
+        def returned() -> None:
+            watch.finish(TrainerRunFailed(FAILED_UNSEEN))
+
+        session.end_when_returned(entry, returned)
 
     def uncaught(kind: type[BaseException], exc: BaseException, traceback: Any) -> None:
         sys.excepthook = previous

@@ -9,7 +9,7 @@ from typing import Any
 from ..core.model import DeviceMemory
 from ..core.resources import VRAM, VRAM_RESERVED
 from .backends import AcceleratorBackend, DeviceStats, backends_of
-from .base import NAN, Reading
+from .base import NAN, ErrorCount, Reading
 
 
 def parse_device(spec: str, torch: Any = None) -> int:
@@ -53,6 +53,11 @@ class AcceleratorProbe:
     _totals: dict[str, int | None] = field(default_factory=dict, repr=False, init=False)  # a device's size never changes
     _backends: tuple[Any, tuple[AcceleratorBackend, ...]] | None = field(default=None, repr=False, init=False)
     _chosen: AcceleratorBackend | None = field(default=None, repr=False, init=False)
+    _asked: tuple[AcceleratorBackend, ...] = field(default=(), repr=False, init=False)  # every backend asked
+
+    def error_counts(self) -> list[ErrorCount]:
+        """What the backends' calls into torch raised: a driver's error says so in the report."""
+        return [backend.errors for backend in self._asked]
 
     def _torch_module(self) -> Any:
         return self._torch if self._torch is not None else sys.modules.get("torch")
@@ -65,7 +70,9 @@ class AcceleratorProbe:
         if torch is None:
             return None
         if self._backends is None or self._backends[0] is not torch:  # torch imported after the probe was made
-            self._backends = (torch, tuple(b for b in backends_of(torch) if b.available()))
+            every = backends_of(torch)
+            self._asked = every
+            self._backends = (torch, tuple(b for b in every if b.available()))
             self._chosen = None
         if self._chosen is None:
             self._chosen = next((b for b in self._backends[1] if b.initialised()), None)

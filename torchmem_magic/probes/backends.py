@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .base import ErrorCount
+
 
 @dataclass(frozen=True)
 class DeviceStats:
@@ -29,6 +31,7 @@ class AcceleratorBackend(Protocol):
     is not `initialised()` answers every read with nothing."""
 
     device_type: str  # "cuda", "mps", "xpu": the prefix of its devices' names
+    errors: ErrorCount  # what its calls into torch raised (a driver's error), counted into the report
 
     def available(self) -> bool:
         """This torch has the accelerator and a device is visible (asked without initialising it)."""
@@ -76,6 +79,7 @@ class CudaBackend:
 
     def __init__(self, torch: Any) -> None:
         self._cuda: Any = getattr(torch, "cuda", None)
+        self.errors = ErrorCount("CUDA backend")  # a driver's error is said as such, never read as "no CUDA"
 
     def available(self) -> bool:
         return self.device_count() > 0
@@ -83,13 +87,15 @@ class CudaBackend:
     def device_count(self) -> int:
         try:  # asks the driver (NVML where it can) without creating a context
             return int(self._cuda.device_count()) if self._cuda is not None else 0
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return 0
 
     def initialised(self) -> bool:
         try:
             return self._cuda is not None and bool(self._cuda.is_initialized())
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return False
 
     def in_use(self, devices: Sequence[int] | None) -> list[DeviceStats]:
@@ -115,10 +121,12 @@ class CudaBackend:
         try:  # a device in use has a context already, so this creates none
             free, total = (int(v) for v in self._cuda.mem_get_info(index))
             return free, total
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             try:
                 return None, int(self._cuda.get_device_properties(index).total_memory)
-            except Exception:
+            except Exception as exc:
+                self.errors.record(exc)
                 return None, None
 
     def uuid(self, index: int) -> str | None:
@@ -126,7 +134,8 @@ class CudaBackend:
             return None
         try:
             return str(self._cuda.get_device_properties(index).uuid).lower().removeprefix("gpu-")
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return None
 
     def empty_cache(self) -> bool:
@@ -148,6 +157,7 @@ class MpsBackend:
     def __init__(self, torch: Any) -> None:
         self._torch = torch
         self._mps: Any = getattr(torch, "mps", None)
+        self.errors = ErrorCount("MPS backend")
 
     def available(self) -> bool:
         if self._mps is None:
@@ -155,13 +165,15 @@ class MpsBackend:
         try:  # False on a build without Metal, before anything else of torch.mps is called
             check = getattr(self._mps, "is_available", None) or self._torch.backends.mps.is_available
             return bool(check())
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return False
 
     def initialised(self) -> bool:
         try:
             return self.available() and bool(self._mps.driver_allocated_memory())
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return False
 
     def device_count(self) -> int:
@@ -179,7 +191,8 @@ class MpsBackend:
         try:
             total = _calls(self._mps, "recommended_max_memory")  # what Metal recommends this process stays within
             return None, None if total is None else int(total)
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return None, None
 
     def uuid(self, index: int) -> str | None:
@@ -203,12 +216,15 @@ class AcceleratorModuleBackend:
     def __init__(self, torch: Any) -> None:
         self._torch = torch
         self._accelerator: Any = getattr(torch, "accelerator", None)
+        self.errors = ErrorCount("accelerator backend")
         self.device_type = self._type() or "accelerator"
+        self.errors.source = f"{self.device_type} backend"
 
     def _type(self) -> str | None:
         try:  # the compile-time accelerator: asks no driver
             device = _calls(self._accelerator, "current_accelerator")
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return None
         kind = getattr(device, "type", None)
         return None if kind in (None, "cuda", "mps", "cpu") else str(kind)  # those two have their own backends
@@ -220,19 +236,22 @@ class AcceleratorModuleBackend:
     def available(self) -> bool:
         try:
             return self._type() is not None and bool(self._accelerator.is_available())
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return False
 
     def device_count(self) -> int:
         try:
             return int(_calls(self._accelerator, "device_count") or 0) if self.available() else 0
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return 0
 
     def initialised(self) -> bool:
         try:
             return bool(_calls(self._module(), "is_initialized"))
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return False
 
     def _memory(self) -> Any:
@@ -263,7 +282,8 @@ class AcceleratorModuleBackend:
         try:
             info = _calls(self._accelerator, "get_memory_info", index) or _calls(self._module(), "mem_get_info", index)
             return (None, None) if info is None else (int(info[0]), int(info[1]))
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return None, None
 
     def uuid(self, index: int) -> str | None:
@@ -272,7 +292,8 @@ class AcceleratorModuleBackend:
         try:
             value = getattr(_calls(self._module(), "get_device_properties", index), "uuid", None)
             return None if value is None else str(value).lower()
-        except Exception:
+        except Exception as exc:
+            self.errors.record(exc)
             return None
 
     def empty_cache(self) -> bool:

@@ -87,7 +87,7 @@ class ProbeBundle:
         return self.accelerator.device_uuids()
 
     def error_counts(self) -> list[ErrorCount]:
-        return [*self._background.errors.values(), *self._per_step.errors.values()]
+        return [*self._background.errors.values(), *self._per_step.errors.values(), *self.accelerator.error_counts()]
 
     def evidence_fields(self) -> dict[str, Any]:
         """The run's evidence that the probes know (fields of RunEvidence)."""

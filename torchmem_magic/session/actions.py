@@ -82,14 +82,19 @@ def release_last_exception(shell: Any | None = None) -> int:
     """Drop every reference to the last exception and its frames; returns the heap bytes freed.
 
     `sys.last_*` alone is not enough: IPython also keeps the traceback in `InteractiveTB.tb`, and the
-    exception in the last execution result's `error_in_exec`.
+    exception in the last execution result's `error_in_exec`. Outside IPython (a script, the interactive
+    interpreter) only `sys.last_*` holds it.
     """
-    shell = _shell(shell)
+    if shell is None:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
 
     def release() -> None:
         for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
             if hasattr(sys, attr):
                 delattr(sys, attr)
+        if shell is None:
+            return
         if getattr(shell, "InteractiveTB", None) is not None:
             shell.InteractiveTB.tb = None
         result = getattr(shell, "last_execution_result", None)

@@ -6,12 +6,13 @@ live listener's tick."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.step_requests import StepRequests
 from ..core.timeline import Timeline
 from ..probes.bundle import ProbeBundle
+from ..tracing.frames import RunningFrame
 from ..tracing.steps import RunTime, StepCounter
 from .live_view import Listener, LiveView
 
@@ -38,6 +39,8 @@ class BackgroundReadings:
     guard: MemoryGuard | None = None
     listener: Listener | None = None
     finder: LeakFinder | None = None
+    #: (a frame, what runs once it no longer runs), checked at each reading
+    returned: list[tuple[RunningFrame, Callable[[], None]]] = field(default_factory=list)
 
     def row(self, after_the_run: bool = False) -> dict[str, float]:
         """The full reading, incl. children discovery and PSS at their slow rates; during the run, the heap
@@ -60,7 +63,14 @@ class BackgroundReadings:
                     self.requests.raise_at_step(stop)
             if self.finder is not None:
                 self.finder.wake_if_scan_due()
+            self._check_returned()
         return row
+
+    def _check_returned(self) -> None:
+        """Run, once each, what waits for a frame that is no longer running (see `MemwatchSession.end_when_returned`)."""
+        for entry in [e for e in self.returned if not e[0].running()]:
+            self.returned.remove(entry)
+            entry[1]()
 
     def on_tick(self) -> float | None:
         return self.listener.on_tick(self.view) if self.listener is not None else None

@@ -13,9 +13,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..tracing.grad_mode import grad_enabled, restore_after_cut_step
+from ..tracing.frames import RunningFrame
 from ..tracing.guard import MemoryGuard
 from ..analysis.holders import needs_holder_search
 from ..tracing.hooks import StepClock, TrainingHooks
@@ -42,7 +44,7 @@ from ..core.step_requests import StepRequests
 from ..tracing.steps import RunTime, StepCounter
 from ..core.timeline import Timeline
 from .phases import PhaseLog
-from .tracebacks import give_lines
+from .tracebacks import clear_own_frames, give_lines
 
 if TYPE_CHECKING:
     from ..flight.recorder import FlightRecorder
@@ -264,9 +266,14 @@ class MemwatchSession:
 
     def _close_sources(self) -> None:
         """Close the /proc readers, the ranks' socket (and its temp directory), and remove the flight
-        record: the run ended with this process alive."""
-        if self.probes is not None:
-            self.probes.close()
+        record: the run ended with this process alive. The probes close once the sampler thread has
+        ended: a reading stuck past its join would otherwise read from closed files."""
+        probes = self.probes
+        if probes is not None:
+            if self._sampler is not None:
+                self._sampler.when_ended(probes.close)
+            else:
+                probes.close()
         if self._children_env is not None:
             self._children_env.restore()
         if self.ranks is not None:
@@ -286,6 +293,8 @@ class MemwatchSession:
         """
         if self.report is not None:
             return self.report
+        if exc is not None:
+            clear_own_frames(exc)
         ending = Ending(exc)
         try:
             ending.run(self._teardown)
@@ -325,6 +334,14 @@ class MemwatchSession:
             print(report)
         ending.raise_kept()
         return report
+
+    def end_when_returned(self, frame: FrameType, ended: Callable[[], None]) -> None:
+        """Run `ended()` once, on the sampler thread, when `frame` no longer runs on the thread that calls
+        this: the end of a run whose failure calls no hook of ours (a transformers Trainer's). The frame is
+        not kept (see `RunningFrame`)."""
+        if self.background is None or not self.runtime.running:
+            raise RuntimeError("the session is not running")
+        self.background.returned.append((RunningFrame(frame), ended))
 
     def mark_phase(self, name: str, began: bool) -> None:
         """A pass of a phase of its own ("validation") begins or ends, as a trainer's callback sees it (on the

@@ -95,3 +95,28 @@ def give_lines(exc: BaseException) -> None:
         except Exception:  # a repair must never replace the exception it repairs: IPython's failure at worst
             pass
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
+
+
+def clear_own_frames(exc: BaseException) -> None:
+    """Clear the locals of this package's finished frames in `exc`'s traceback (and its chained ones'):
+    the step hooks' and the step requests' frames that a MemoryGuardError or a Stop passed through hold
+    the hooks, and through them the session, for as long as anyone keeps the exception (pytest keeps a
+    failed test's in `sys.last_traceback`). The user's frames are left as they are."""
+    own = __name__.split(".")[0]
+    pending: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        tb = current.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if str(frame.f_globals.get("__name__", "")).split(".")[0] == own:
+                try:
+                    frame.clear()
+                except RuntimeError:  # still running (the frame that handles it): nothing to clear
+                    pass
+            tb = tb.tb_next
+        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]

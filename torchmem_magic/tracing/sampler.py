@@ -52,6 +52,9 @@ class Sampler:
         self._cpu_clock = cpu_clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._ending = threading.Lock()  # `when_ended` and the thread's end agree on who runs the action
+        self._running = False  # the thread's loop has not ended
+        self._after: Callable[[], None] | None = None  # run by the thread as it ends (see `when_ended`)
         self._deadline_s = 0.0  # when the next reading is due (on `clock`)
         self._next_tick_s = 0.0  # when the next on_tick is due
         self._on_tick_cpu_s: float | None = None  # what a call of on_tick costs, smoothed
@@ -72,7 +75,12 @@ class Sampler:
         self._thread = threading.Thread(
             target=contextvars.copy_context().run, args=(self._run,), name=THREAD_NAME, daemon=True
         )
-        self._thread.start()
+        self._running = True
+        try:
+            self._thread.start()
+        except BaseException:
+            self._running = False
+            raise
 
     def begin(self) -> None:
         """Set the first deadlines: a reading now, a tick one period from now."""
@@ -80,9 +88,15 @@ class Sampler:
         self._next_tick_s = self._deadline_s + self._tick_period_s
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self._stop.wait(self.run_once())
-        self.cpu_s = self._cpu_clock()
+        try:
+            while not self._stop.is_set():
+                self._stop.wait(self.run_once())
+            self.cpu_s = self._cpu_clock()
+        finally:
+            with self._ending:
+                self._running, after, self._after = False, self._after, None
+            if after is not None:
+                after()
 
     def run_once(self) -> float:
         """A reading if one is due, then a tick if one is due; returns seconds until the next is due."""
@@ -131,14 +145,28 @@ class Sampler:
             period_s = min(period_s, max(self._tick_max_period_s, self._tick_period_s))
         return period_s
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop and join; safe to call twice or before start."""
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Stop and join for at most `timeout_s`; whether the thread ended (a reading stuck past it, on a
+        hung /proc or NFS read, is counted as this thread's failure). Safe to call twice or before start."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             try:
                 self._thread.join(timeout_s)
             except RuntimeError:  # an interrupt cut into start() before the thread said it runs: it sees the stop
                 pass
+        if self.alive:
+            self.errors.record(TimeoutError(f"a reading still ran {timeout_s:g} s after the run ended"))
+            return False
+        return True
+
+    def when_ended(self, action: Callable[[], None]) -> None:
+        """Run `action` once the thread's loop has ended: now if it has (or never ran), else on the thread
+        as it ends, so that what a reading uses (the probes) is never closed under it."""
+        with self._ending:
+            if self._running:
+                self._after = action
+                return
+        action()
 
     @property
     def alive(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,33 @@ class Root:
     kind: str  # "user", "output-cache" or "traceback"
     path: str  # how to write the object in code: "history", "Out[5]", "sys.last_value"
     obj: Any = field(repr=False, compare=False)
+
+
+class LooseRoot:
+    """A root followed from one scan to the next without keeping its object alive: through a weak
+    reference where its type takes one; else (a list, a dict) strongly, but let go at the first look
+    that finds nothing else holding it. What a search back found is such a root: the user may drop it."""
+
+    __slots__ = ("name", "kind", "path", "_weak", "_strong")
+
+    def __init__(self, root: Root) -> None:
+        self.name, self.kind, self.path = root.name, root.kind, root.path
+        self._strong: Any = None
+        try:
+            self._weak: weakref.ref[Any] | None = weakref.ref(root.obj)
+        except TypeError:
+            self._weak, self._strong = None, root.obj
+
+    def root(self) -> Root | None:
+        """The root while its object lives elsewhere too; None once it does not."""
+        if self._weak is not None:
+            obj = self._weak()
+        else:
+            obj = self._strong
+            # held here, by `obj` and by getrefcount's argument: by no one else
+            if obj is not None and sys.getrefcount(obj) <= 3:
+                obj = self._strong = None
+        return None if obj is None else Root(self.name, self.kind, self.path, obj)
 
 
 @dataclass(frozen=True)

@@ -96,15 +96,27 @@ class Scanner:
         self.truncated = False
         self.notes: list[str] = []
         self._deadline = Deadline(0.0)
+        self._walker: GraphWalker | None = None
 
     def mark_seen(self, ids: Iterable[int]) -> None:
         self._visited.update(ids)
 
     def scan(self, roots: list[Root]) -> ScanResult:
-        if self.torch is None:
-            return self._scan(roots)
-        with self.torch._C.DisableTorchFunctionSubclass():  # no tensor subclass' Python code runs
-            return self._scan(roots)
+        try:
+            if self.torch is None:
+                return self._scan(roots)
+            with self.torch._C.DisableTorchFunctionSubclass():  # no tensor subclass' Python code runs
+                return self._scan(roots)
+        finally:  # also when a Ctrl-C cuts the scan short: its traceback keeps this scanner
+            self._release()
+
+    def _release(self) -> None:
+        """Drop every reference to user objects and autograd nodes."""
+        if self._walker is not None:
+            self._walker.release()
+        self._categories.release()
+        self._tensors.clear()
+        self._visited.clear()
 
     def _scan(self, roots: list[Root]) -> ScanResult:
         started = time.perf_counter()
@@ -127,7 +139,9 @@ class Scanner:
         by_root: dict[str, list[ReachedTensor]] = {}
         for entry in self._tensors:
             by_root.setdefault(entry.root.name, []).append(entry)
-        walker = GraphWalker(self.torch, self.budget.graph_node_cap, self._deadline, self._storages, self.budget.sequence_floor)
+        walker = self._walker = GraphWalker(
+            self.torch, self.budget.graph_node_cap, self._deadline, self._storages, self.budget.sequence_floor
+        )
         walker.walk([(stats_by_name[name], entries) for name, entries in by_root.items()])
         result = ScanResult(
             roots=sorted(stats_by_name.values(), key=lambda s: -s.retained_bytes),
@@ -141,11 +155,6 @@ class Scanner:
             notes=self.notes,
             storages=frozenset(self._storages),
         )
-        # drop every reference to user objects and autograd nodes
-        walker.release()
-        self._categories.release()
-        self._tensors.clear()
-        self._visited.clear()
         return result
 
     def _traverse(self, root: Root, stats: RootStats) -> None:
