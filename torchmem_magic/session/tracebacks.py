@@ -13,6 +13,7 @@ is a stand-in: a frame of that file and function name that stopped at that line.
 from __future__ import annotations
 
 import dis
+from collections.abc import Iterator
 from types import CodeType, FrameType, TracebackType
 from typing import Any
 
@@ -80,9 +81,8 @@ def _with_lines(tb: TracebackType | None) -> TracebackType | None:
     return entries[0]
 
 
-def give_lines(exc: BaseException) -> None:
-    """Give every traceback entry of `exc` and of the exceptions chained to it (cause, context, an
-    exception group's members) a line number, in place."""
+def _chained(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions chained to it (cause, context, an exception group's members), each once."""
     pending: list[BaseException | None] = [exc]
     seen: set[int] = set()
     while pending:
@@ -90,11 +90,18 @@ def give_lines(exc: BaseException) -> None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
+        yield current
+        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
+
+
+def give_lines(exc: BaseException) -> None:
+    """Give every traceback entry of `exc` and of the exceptions chained to it (cause, context, an
+    exception group's members) a line number, in place."""
+    for current in _chained(exc):
         try:
             current.__traceback__ = _with_lines(current.__traceback__)
         except Exception:  # a repair must never replace the exception it repairs: IPython's failure at worst
             pass
-        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
 
 
 def clear_own_frames(exc: BaseException) -> None:
@@ -103,13 +110,7 @@ def clear_own_frames(exc: BaseException) -> None:
     the hooks, and through them the session, for as long as anyone keeps the exception (pytest keeps a
     failed test's in `sys.last_traceback`). The user's frames are left as they are."""
     own = __name__.split(".")[0]
-    pending: list[BaseException | None] = [exc]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in _chained(exc):
         tb = current.__traceback__
         while tb is not None:
             frame = tb.tb_frame
@@ -119,4 +120,3 @@ def clear_own_frames(exc: BaseException) -> None:
                 except RuntimeError:  # still running (the frame that handles it): nothing to clear
                     pass
             tb = tb.tb_next
-        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
