@@ -8,16 +8,17 @@ server that accepts but is not a store makes its connect hang well past its time
 a minute with timeout=2 s; it lets go of the GIL meanwhile), so the connect runs on a daemon thread
 that is abandoned at our own deadline. And once one operation failed (the store went away) no
 other is tried: each failure prints torch's warning again. A reader that expects the store to go
-(its job is ending) can have even that one warning spared (`quiet`): each call is then preceded by
-the plain connect, so a store that went away is found without torch's client saying so. Nothing here
-touches the process's file descriptor 2: in a notebook's kernel it is the user's stderr too.
+(its job is ending) can have even that one warning kept off its stderr (`quiet`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 CONNECT_TIMEOUT_S = 2.0
@@ -64,6 +65,24 @@ def _torch_client(host: str, port: int, timeout_s: float) -> Any:
     raise StoreUnavailable(f"{host}:{port} does not answer as a c10d store ({why})")
 
 
+@contextlib.contextmanager
+def stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 points at /dev/null meanwhile: torch's C++ warnings go there, not Python's
+    `sys.stderr`. Process-wide, so only for a process of our own (the watcher), around single calls."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 class StoreClient:
     """Reads and writes keys of one store; after the first failure, every call raises at once.
 
@@ -72,7 +91,6 @@ class StoreClient:
 
     def __init__(self, host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self.address = f"{host}:{port}"
-        self._host, self._port = host, port
         _probe(host, port, timeout_s)
         self._store: Any = _torch_client(host, port, timeout_s)
         self._present: set[str] = set()  # keys seen once: they stay (overwritten, never deleted)
@@ -84,7 +102,8 @@ class StoreClient:
             raise StoreUnavailable(self.problem)
         try:
             if self.quiet:
-                _probe(self._host, self._port, CONNECT_TIMEOUT_S)
+                with stderr_silenced():
+                    return getattr(self._store, method)(*args)
             return getattr(self._store, method)(*args)
         except Exception as exc:
             self.problem = f"the job's store at {self.address} went away ({_one_line(exc)})"
