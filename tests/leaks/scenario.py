@@ -244,7 +244,6 @@ def main(front: str, torch_state: str, ending: str) -> dict[str, Any]:
         "environ_changed": sorted(k for k in {*before["environ"], *after["environ"]}
                                   if before["environ"].get(k) != after["environ"].get(k)),
         "stderr_same": before["stderr"] == after["stderr"],
-        "torch_session_cold": torch_state,
     }
 
 

@@ -63,7 +63,8 @@ class BackgroundReadings:
                     self.requests.raise_at_step(stop)
             if self.finder is not None:
                 self.finder.wake_if_scan_due()
-            self._check_returned()
+            if self.returned:  # a list read, at most, on every other run's readings
+                self._check_returned()
         return row
 
     def _check_returned(self) -> None:
