@@ -72,13 +72,18 @@ def train(ending: str) -> None:
         end_step(ending, step)
 
 
-def _guard_limit() -> None:
-    """A RAM limit whose 90% lies 150 MiB above what the process uses now (the guard's runs)."""
+def guard_for(ending: str) -> float | None:
+    """The guard's fraction for a guard run, with a RAM limit whose 90% lies 150 MiB above what the process
+    uses now: set as the watch starts, after the front end's imports and set-up (a cold Lightning import
+    alone can use more than that)."""
+    if ending != "guard":
+        return None
     import psutil
 
     from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
 
     os.environ[RAM_LIMIT_VARIABLE] = str(int((psutil.Process().memory_info().rss + 150 * MIB) / 0.9))
+    return 0.9
 
 
 def run_bare(ending: str) -> None:
@@ -90,14 +95,14 @@ def run_bare(ending: str) -> None:
 def run_memwatch(ending: str) -> None:
     from torchmem_magic import memwatch
 
-    with memwatch(20, quiet=True, guard=0.9 if ending == "guard" else None):
+    with memwatch(20, quiet=True, guard=guard_for(ending)):
         train(ending)
 
 
 def run_gate(ending: str) -> None:
     from torchmem_magic import assert_no_leak
 
-    with assert_no_leak(20, quiet=True, guard=0.9 if ending == "guard" else None):
+    with assert_no_leak(20, quiet=True, guard=guard_for(ending)):
         train(ending)
 
 
@@ -107,7 +112,7 @@ def run_mark(ending: str) -> None:
     import pytest
 
     folder = tempfile.mkdtemp()
-    guard = ", guard=0.9" if ending == "guard" else ""
+    guard = f", guard={guard_for(ending)}" if ending == "guard" else ""
     with open(os.path.join(folder, "test_user.py"), "w") as test_file:
         test_file.write(
             "import pytest\nimport scenario\n\n"
@@ -140,7 +145,7 @@ def run_lightning(ending: str) -> None:
     trainer = pl.Trainer(
         max_steps=STEPS if ending != "guard" else 10_000, max_epochs=-1, accelerator="cpu", logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[MemwatchCallback(interval_ms=20, quiet=True, guard=0.9 if ending == "guard" else None)],
+        callbacks=[MemwatchCallback(interval_ms=20, quiet=True, guard=guard_for(ending))],
     )
     trainer.fit(Module(), data)
 
@@ -177,7 +182,7 @@ def run_transformers(ending: str) -> None:
         report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, logging_strategy="no",
         dataloader_num_workers=0,
     )
-    callback = MemwatchCallback(interval_ms=20, quiet=True, guard=0.9 if ending == "guard" else None)
+    callback = MemwatchCallback(interval_ms=20, quiet=True, guard=guard_for(ending))
     transformers.Trainer(model=Model(), args=arguments, train_dataset=Data(), callbacks=[callback]).train()
 
 
@@ -216,8 +221,6 @@ def main(front: str, torch_state: str, ending: str) -> dict[str, Any]:
     from torchmem_magic.tracing.hooks import installed_hook_count
 
     before = _left_behind()
-    if ending == "guard":
-        _guard_limit()
     ended = "ok"
     try:
         globals()[f"run_{front}"](ending)
@@ -226,7 +229,9 @@ def main(front: str, torch_state: str, ending: str) -> dict[str, Any]:
     ended_s = _session_ended_within(20.0)
     kept.clear()
     if ending == "guard":
-        os.environ.pop("TORCHMEM_MAGIC_RAM_LIMIT", None)
+        from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
+
+        os.environ.pop(RAM_LIMIT_VARIABLE, None)
     gc.collect()
     big_while_held = refs["big"]() is not None  # the user still holds the session: what it keeps of theirs
     held.clear()

@@ -70,6 +70,7 @@ def test_the_run_keeps_nothing_of_the_users(cell: tuple[str, str, str], results:
     assert result["ended_s"] is not None, "the session did not end"
     assert result["report"] == ("ok" if ending == "ok" else "interrupted" if ending in ("interrupt", "stop")
                                 and front != "transformers" else "error")
+    assert "session" in result["alive"], "no step of the user's ran inside the session"
     assert not result["alive"]["session"], "the session outlives the run"
     if front != "mark":  # pytest keeps a failed test's traceback in sys.last_* (its own, for post-mortems)
         assert not result["big_while_held"], "the session keeps the training function's local"
