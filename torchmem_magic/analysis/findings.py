@@ -75,6 +75,15 @@ class Diagnosis:
         return () if chosen is None else chosen.sporadic_steps
 
 
+def growth_unaccounted(diagnosis: Diagnosis | None) -> float | None:
+    """The bytes the leaking resource grew by, for a verdict that says leak or suspect: what a search
+    beyond the names looks for when no holder's scans grow (None otherwise)."""
+    if diagnosis is None or diagnosis.verdict not in ("leak", "suspect"):
+        return None
+    grown = [f.net_growth_bytes for f in diagnosis.findings if f.resource == diagnosis.resource]
+    return grown[0] if grown and grown[0] > 0 else None
+
+
 def readings_of(series: Series) -> tuple[list[float], list[float]]:
     """(steps, values) of the series' readings, those with a NaN left out (a source absent then)."""
     xs, ys = [], []

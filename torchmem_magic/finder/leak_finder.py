@@ -210,16 +210,20 @@ class LeakFinder:
         live tensors once, at the next scan, for holders no name reaches; the scans measure them from then
         on, so their growth is shown as any holder's is. Any thread may ask; the training thread searches."""
         tracker = self._tracker
-        if tracker is None or self._searches >= MID_RUN_SEARCHES or tracker.scans < FULL_SCAN_EVERY:
-            return
-        if time.monotonic() < self._next_search_s:
-            return
-        if self._a_holder_grows(tracker):
+        if tracker is None or not self.search_possible() or self._a_holder_grows(tracker):
             return
         self._searches += 1
         self._next_search_s = math.inf  # until this one has run
         tracker.want_search(functools.partial(self._found_now, grown_bytes))
         self.wake_steps()
+
+    def search_possible(self) -> bool:
+        """Whether `want_search` could ask for a search now (cheap: no verdict is worth working out
+        for it otherwise): scans enough to judge, a search left, and its time come."""
+        tracker = self._tracker
+        if tracker is None or self._searches >= MID_RUN_SEARCHES or tracker.scans < FULL_SCAN_EVERY:
+            return False
+        return time.monotonic() >= self._next_search_s
 
     @property
     def searches_spent(self) -> bool:

@@ -1,7 +1,7 @@
 """What runs on the sampler thread at each reading: every probe read in full (children found, PSS at their
 slow rates), the step rows the training thread queued filed, what the ranks sent, the flight record, the
-guard's check of the reading and a scan whose time has come announced to the loop's next step; and the
-live listener's tick."""
+guard's check of the reading, a scan whose time has come announced to the loop's next step, the session's own
+decision to search beyond the names; and the live listener's tick."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..finder.leak_finder import LeakFinder
     from ..flight.recorder import FlightRecorder
     from ..ranks.feed import RankFeeds
+    from .search_judge import SearchJudge
     from ..tracing.guard import MemoryGuard
 
 
@@ -39,6 +40,7 @@ class BackgroundReadings:
     guard: MemoryGuard | None = None
     listener: Listener | None = None
     finder: LeakFinder | None = None
+    search: SearchJudge | None = None
     #: (a frame, what runs once it no longer runs), checked at each reading
     returned: list[tuple[RunningFrame, Callable[[], None]]] = field(default_factory=list)
 
@@ -63,6 +65,8 @@ class BackgroundReadings:
                     self.requests.raise_at_step(stop)
             if self.finder is not None:
                 self.finder.wake_if_scan_due()
+            if self.search is not None:
+                self.search.on_reading()
             if self.returned:  # a list read, at most, on every other run's readings
                 self._check_returned()
         return row

@@ -274,16 +274,12 @@ class LiveView:
                 worker_count=max(1, self._probes.tree.workers), max_rows=LIVE_VERDICT_ROWS,
             )
             self._live = (now, diagnosis)
-            self._search_if_unheld(diagnosis)
         return self._live[1]
 
-    def _search_if_unheld(self, diagnosis: Diagnosis) -> None:
-        """A leak as it forms asks the leak finder to look beyond the names, when no holder's scans grow."""
-        if self._finder is None or diagnosis.verdict not in ("leak", "suspect"):
-            return
-        grown = [f.net_growth_bytes for f in diagnosis.findings if f.resource == diagnosis.resource]
-        if grown and grown[0] > 0:
-            self._finder.want_search(grown[0])
+    def verdict_within(self, age_s: float) -> Diagnosis | None:
+        """The live verdict if one was worked out in the last `age_s` seconds, working out none."""
+        live = self._live
+        return live[1] if live is not None and self._runtime.clock() - live[0] <= age_s else None
 
     @property
     def last_reading(self) -> dict[str, float] | None:

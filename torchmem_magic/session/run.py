@@ -26,6 +26,7 @@ from .lifecycle import (
     Ending, Registry, collect_young_garbage, cuts_in_anywhere, despite_interrupts, despite_worker_deaths,
 )
 from .background import BackgroundReadings
+from .search_judge import SearchJudge
 from .live_view import Listener, LiveView
 from .step_path import StepPath
 from ..core.ended import ended_by
@@ -189,6 +190,7 @@ class MemwatchSession:
             self.background = BackgroundReadings(
                 self.step_counter, self.timeline, self.runtime, probes, self.requests, view, self._cpu_clock,
                 self.ranks, self.recorder, self.guard, self.listener, self.finder,
+                search=SearchJudge(view, self.finder, self.runtime.clock) if self.finder is not None else None,
             )
             self.runtime.start()
             if self.ranks is not None:
