@@ -559,37 +559,37 @@ def test_a_ramp_then_a_plateau_as_long_is_what_the_verdict_comes_back_from() -> 
     assert verdicts[120] == verdicts[200] == "leak" and verdicts[340] == verdicts[400] == "clean", verdicts
 
 
-def test_the_rules_that_explain_growth_away_are_named_and_each_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_rules_that_explain_growth_away_are_named_and_each_can_be_switched_off() -> None:
     """RSS creeping while the heap in use stays flat is what the allocator keeps: no leak, said as a note. The
     same run with that one rule switched off is a leak in RAM, and its note is gone."""
-    from torchmem_magic.analysis import verdict
+    from torchmem_magic.analysis.explaining_rules import EXPLAINING_RULES
+    from torchmem_magic.analysis.verdict_table import switched
 
-    assert [rule.__name__ for rule in verdict.EXPLAINING_RULES] == [
-        "_caching_allocator", "_copy_on_access", "_allocator_keeps_rss"]
+    assert [name for name, _ in EXPLAINING_RULES] == ["caching-allocator", "copy-on-access", "allocator-keeps-rss"]
     steps = [float(s) for s in range(1, 101)]
     series = [Series("heap", steps, noisy(100, 64 * 1024, seed=1)),
               Series("ram", steps, noisy(100, 64 * 1024, seed=2, per_step=1 * MIB))]
     kept = decide(series)
     assert kept.verdict == "clean" and any(line.startswith("RSS grows while the heap in use is flat") for line in advice_lines(kept.advice))
-    monkeypatch.setattr(verdict, "EXPLAINING_RULES", tuple(
-        rule for rule in verdict.EXPLAINING_RULES if rule.__name__ != "_allocator_keeps_rss"))
-    off = decide(series)
+    with switched("allocator-keeps-rss"):
+        off = decide(series)
     assert (off.verdict, off.resource) == ("leak", "ram") and not any(line.startswith("RSS grows") for line in advice_lines(off.advice))
 
 
-def test_the_shapes_of_growth_are_named_rules_and_each_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shapes_of_growth_are_named_rules_and_each_can_be_switched_off() -> None:
     """Jumps every 40th step are sporadic; with that one rule off, the same readings fall to the next rule
     (a line through the jumps) and are a per-iteration leak; with every shape off they are clean."""
-    from torchmem_magic.analysis import verdict
+    from torchmem_magic.analysis.shape_rules import SHAPE_RULES
+    from torchmem_magic.analysis.verdict_table import switched
 
-    assert [rule.__name__ for rule in verdict.SHAPE_RULES] == [
-        "_per_epoch", "_sporadic", "_filled_then_flat", "_started_late", "_per_iteration"]
+    names = [name for name, _ in SHAPE_RULES]
+    assert names == ["per-epoch", "sporadic", "filled-then-flat", "started-late", "per-iteration", "ramp-read-thinly"]
     values = _jumps_every_40th_step()
     assert analyse(series(values)).leak_kind == "sporadic"
-    monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in verdict.SHAPE_RULES if r.__name__ != "_sporadic"))
-    assert (analyse(series(values)).verdict, analyse(series(values)).leak_kind) == ("leak", "per-iteration")
-    monkeypatch.setattr(verdict, "SHAPE_RULES", ())
-    assert analyse(series(values)).verdict == "clean"
+    with switched("sporadic"):
+        assert (analyse(series(values)).verdict, analyse(series(values)).leak_kind) == ("leak", "per-iteration")
+    with switched(*names):
+        assert analyse(series(values)).verdict == "clean"
 
 
 def _late(steps: list[float], seed: int, start_share: float, second_ramp_from: float | None = None) -> Series:
@@ -642,10 +642,10 @@ def test_a_cache_that_filled_part_way_and_stayed_flat_as_long_is_clean(thinned: 
         assert d.verdict == "clean", (seed, advice_lines(d.advice))
 
 
-def test_the_late_and_the_stopped_rules_can_each_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without `_started_late` a leak that began half-way is clean again; without `_filled_then_flat` a
+def test_the_late_and_the_stopped_rules_can_each_be_switched_off() -> None:
+    """Without `started-late` a leak that began half-way is clean again; without `filled-then-flat` a
     cache filled part-way is a per-iteration leak (the line through it rises)."""
-    from torchmem_magic.analysis import verdict
+    from torchmem_magic.analysis.verdict_table import switched
 
     steps = [float(s) for s in range(1, 401)]
     late = _late(steps, 1, 0.5)
@@ -653,11 +653,10 @@ def test_the_late_and_the_stopped_rules_can_each_be_switched_off(monkeypatch: py
     filled = Series("heap", steps, [BASE + 256 * 1024 * min(max(0.0, s - 120), 120) + rng.gauss(0, 128 * 1024)
                                     for s in steps])
     assert (decide([late]).verdict, decide([filled]).verdict) == ("leak", "clean")
-    rules = verdict.SHAPE_RULES
-    monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in rules if r.__name__ != "_started_late"))
-    assert decide([late]).verdict == "clean"
-    monkeypatch.setattr(verdict, "SHAPE_RULES", tuple(r for r in rules if r.__name__ != "_filled_then_flat"))
-    assert decide([filled]).verdict == "leak"
+    with switched("started-late"):
+        assert decide([late]).verdict == "clean"
+    with switched("filled-then-flat"):
+        assert decide([filled]).verdict == "leak"
 
 
 @pytest.mark.parametrize("period", [64, 130, 180])
