@@ -16,18 +16,6 @@ from collections.abc import Sequence
 USAGE_ERROR = 2
 
 
-def _interval_ms(text: str) -> float:
-    from .core.options import MAX_INTERVAL_MS, MIN_INTERVAL_MS
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
-    if not MIN_INTERVAL_MS <= value <= MAX_INTERVAL_MS:
-        raise argparse.ArgumentTypeError(f"must be between {MIN_INTERVAL_MS:g} and {MAX_INTERVAL_MS:g} ms")
-    return value
-
-
 def _save_path(text: str) -> str:
     if not text.lower().endswith((".json", ".html", ".htm")):
         raise argparse.ArgumentTypeError(f"{text!r}: the report is saved as .json or .html")
@@ -44,15 +32,6 @@ def _status_period_s(text: str) -> float:
     return value
 
 
-def _guard_share(text: str) -> float:
-    from .core.options import parse_guard
-
-    try:
-        return parse_guard(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _metrics_address(text: str) -> tuple[str, int]:
     from .frontends.watch_metrics import parse_address
 
@@ -64,7 +43,7 @@ def _metrics_address(text: str) -> tuple[str, int]:
 
 def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """(the command line's parser, its `watch` subcommand's)."""
-    from .core.options import DEFAULT_INTERVAL_MS
+    from .core.option_args import option_flags
 
     main = argparse.ArgumentParser(
         prog="python -m torchmem_magic", description="Watch the memory of a PyTorch training run, every rank of it."
@@ -72,20 +51,14 @@ def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     commands = main.add_subparsers(dest="action", required=True, metavar="{watch,show,compare}")
     watch = commands.add_parser(
         "watch", help="run COMMAND (a script, torchrun ...) with every rank watched; print the report",
-        usage="python -m torchmem_magic watch [--interval MS] [--save PATH] [--no-scan] [--status-every S]\n"
-              "                                [--guard PCT] [--prometheus [ADDR:]PORT] [--tensorboard DIR]\n"
-              "                                -- COMMAND ...",
+        usage="python -m torchmem_magic watch [options] -- COMMAND ...",
     )
-    watch.add_argument("--interval", type=_interval_ms, default=DEFAULT_INTERVAL_MS, metavar="MS",
-                       help=f"sampling period in milliseconds, 1-10000 (default {DEFAULT_INTERVAL_MS:g})")
+    for flags, keywords in option_flags("watch"):  # --interval, --no-scan, --guard: each rank takes them
+        watch.add_argument(*flags, **keywords)
     watch.add_argument("--save", type=_save_path, metavar="PATH", help="also write the report to PATH (.json or .html)")
-    watch.add_argument("--no-scan", action="store_true", help="no leak finder in the ranks (curves only)")
     watch.add_argument("--status-every", type=_status_period_s, default=None, metavar="S",
                        help="the live status's period on stderr, in seconds (default: 1 on a terminal, kept at the "
                             "bottom of the screen; 10 otherwise, as plain lines; 0: no live status)")
-    watch.add_argument("--guard", type=_guard_share, default=None, metavar="PCT",
-                       help="stop each rank's loop (MemoryGuardError at a step) before RAM, /dev/shm or VRAM "
-                            "reaches PCT of its limit, e.g. 90%%")
     watch.add_argument("--prometheus", type=_metrics_address, default=None, metavar="[ADDR:]PORT",
                        help="serve every rank's gauges for Prometheus at http://ADDR:PORT/metrics (ADDR defaults to "
                             "127.0.0.1, this host only; needs prometheus_client)")
@@ -156,14 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _show(arguments.paths)
     if arguments.action == "compare":
         return _compare(arguments.base, arguments.new, arguments.tolerance, arguments.peak_tolerance)
+    from .core.option_args import from_parsed
     from .frontends.command import WatchOptions, command_of, run_watched
 
     command = command_of(arguments.command)
     if not command:
         watch_parser.error("no command to watch: put it after --, e.g. -- torchrun --nproc-per-node 2 train.py")
     return run_watched(
-        WatchOptions(command, arguments.interval, arguments.save, not arguments.no_scan, arguments.status_every,
-                     arguments.prometheus, arguments.guard, arguments.tensorboard)
+        WatchOptions(command, from_parsed(arguments, "watch"), arguments.save, arguments.status_every,
+                     arguments.prometheus, arguments.tensorboard)
     )
 
 

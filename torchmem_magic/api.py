@@ -9,7 +9,8 @@ from typing import Any
 
 from .agent.rank import adopt_forked
 from .finder.leak_finder import LeakSearch
-from .core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
+from .core.option_args import takes_options
+from .core.options import MemwatchOptions, SessionOptions
 from .finder.scan.results import Root
 from .session.run import MemwatchSession
 from .finder.stack_roots import StackRoots, StackSources
@@ -23,15 +24,10 @@ def _module_roots(namespace: dict[str, Any]) -> list[Root]:
 
 def watch_from(
     namespace: dict[str, Any],
-    frame: FrameType | None = None,
+    frame: FrameType | None,
+    options: MemwatchOptions,
     *,
     code: CodeType | None = None,
-    interval_ms: float = DEFAULT_INTERVAL_MS,
-    device: str | int | None = None,
-    quiet: bool = False,
-    shm_path: str = DEFAULT_SHM_PATH,
-    scan: bool = True,
-    guard: float | str | None = None,
     log_to: object | None = None,
 ) -> MemwatchSession:
     """A script session whose leak finder looks where the watched code keeps things: the locals of
@@ -43,7 +39,7 @@ def watch_from(
     Holders the last scan during the run saw are kept even when the end-of-block scan cannot reach
     them, since a helper function's locals (`def train(): history = []`) are gone by then."""
     search: LeakSearch | None = None
-    if scan:
+    if options.scan:
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython is not None else None
         if shell is not None and namespace is shell.user_ns:
@@ -63,23 +59,14 @@ def watch_from(
         from .integrations.tensorboard import ScalarLog, checked_writer
 
         listener = ScalarLog(checked_writer(log_to))
-    options = SessionOptions(
-        interval_ms, device=device, shm_path=shm_path, guard=guard, print_report=not quiet, keep_scanned_holders=True
-    )
-    return MemwatchSession(options, search=search, rank_agent=adopt_forked, listener=listener)
+    settings = SessionOptions.of(options, print_report=not options.quiet, keep_scanned_holders=True)
+    return MemwatchSession(settings, search=search, rank_agent=adopt_forked, listener=listener)
 
 
-def memwatch(
-    interval_ms: float = DEFAULT_INTERVAL_MS,
-    *,
-    device: str | int | None = None,
-    quiet: bool = False,
-    shm_path: str = DEFAULT_SHM_PATH,
-    scan: bool = True,
-    guard: float | str | None = None,
-    log_to: object | None = None,
-) -> MemwatchSession:
-    """Script API: `with memwatch() as w: train()` then `w.report` (also `last_report()`).
+@takes_options
+def memwatch(options: MemwatchOptions, *, log_to: object | None = None) -> MemwatchSession:
+    """Script API: `with memwatch() as w: train()` then `w.report` (also `last_report()`). The options
+    (`interval_ms`, `device`, `quiet`, `shm_path`, `scan`, `guard`) are those of `MemwatchOptions`.
 
     Prints the text report when the block ends unless `quiet`. The block's exception, if any,
     propagates after the report is made. With `scan`, the leak finder looks at the locals of the
@@ -91,8 +78,5 @@ def memwatch(
     With `log_to` (a `torch.utils.tensorboard.SummaryWriter`), each curve and the leak rate are written as
     `memwatch/...` scalars every second, with the step as the global step.
     """
-    caller = sys._getframe(1)
-    return watch_from(
-        caller.f_globals, caller, interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
-        guard=guard, log_to=log_to,
-    )
+    caller = sys._getframe(2)  # 1 is `takes_options`' front end
+    return watch_from(caller.f_globals, caller, options, log_to=log_to)

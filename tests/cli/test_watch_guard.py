@@ -14,7 +14,7 @@ from pathlib import Path
 from watching import SCRIPTS, environment, load, torchrun
 
 from torchmem_magic.ranks.launch_env import watched_environment
-from torchmem_magic.stream.protocol import ENV_GUARD
+from torchmem_magic.core.options import ENV_GUARD, MemwatchOptions
 from torchmem_magic.probes.limits import RAM_LIMIT_VARIABLE
 
 DDP = str(SCRIPTS / "ddp_leak.py")
@@ -42,8 +42,8 @@ def test_the_guard_stops_the_leaking_rank_before_its_share_and_the_report_names_
 
 def test_the_guard_reaches_the_commands_processes_only_when_asked() -> None:
     inherited = {ENV_GUARD: "0.5", "PATH": "/usr/bin"}
-    assert watched_environment(inherited, "sink", 100.0, True, 0.9)[ENV_GUARD] == "0.9"
-    assert ENV_GUARD not in watched_environment(inherited, "sink", 100.0, True)  # not a stale value from outside
+    assert watched_environment(inherited, "sink", MemwatchOptions(guard=0.9))[ENV_GUARD] == "0.9"
+    assert ENV_GUARD not in watched_environment(inherited, "sink", MemwatchOptions())  # not a stale value from outside
 
 
 def test_a_bad_guard_is_one_line(tmp: Path) -> None:

@@ -186,7 +186,7 @@ def test_dataloader_workers_appear_in_the_report(kernel: Kernel) -> None:
     [
         ("--interval 0", "UsageError: %%memwatch: interval must be between 1 and 10000 ms"),
         ("--bogus", "UsageError: %%memwatch: unrecognized arguments: --bogus"),
-        ("--interval fast", "UsageError: %%memwatch: argument --interval: invalid float value"),
+        ("--interval fast", "UsageError: %%memwatch: interval must be a number of milliseconds, got 'fast'"),
         ("--device tpu", "UsageError: %%memwatch: --device takes 'cuda', 'cuda:N' or 'N'"),
         ("--device cuda:7", "UsageError: %%memwatch: --device cuda:7:"),
     ],

@@ -4,6 +4,7 @@ away), the rank's publisher, and the watcher's reader that keeps what it last re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -140,11 +141,12 @@ def test_a_rank_torchrun_restarted_is_two_entries_its_first_process_stopped(serv
 
 
 def test_the_reader_keeps_every_ranks_last_summary_once_the_store_is_gone(capfd: pytest.CaptureFixture[str]) -> None:
+    """In the `watch` command's own process (`silence_stderr`), even torch's warning is kept off stderr."""
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     job = _job(server.port)
     _publish(server, job, 0, 0, verdict="clean")
     _publish(server, job, 1, 4)
-    remote = RemoteRanks(job, time.monotonic)
+    remote = RemoteRanks(job, time.monotonic, silence_stderr=True)
     remote.start()
     try:
         _until(lambda: len(remote.summaries()) == 2)
@@ -159,6 +161,30 @@ def test_the_reader_keeps_every_ranks_last_summary_once_the_store_is_gone(capfd:
         assert capfd.readouterr().err == ""  # one line (ours), no warning of torch's
     finally:
         remote.close()
+
+
+def test_in_a_users_process_the_reader_never_points_fd_2_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fd 2 is process-wide: the user's threads write to it (and a kernel captures it), so a session in their
+    process reads the store without ever redirecting it, also when the store goes away; our line says why."""
+    from torchmem_magic.ranks import store_client
+
+    redirected: list[str] = []
+    monkeypatch.setattr(store_client, "stderr_silenced", lambda: redirected.append("fd 2") or contextlib.nullcontext())
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    job = _job(server.port)
+    _publish(server, job, 0, 0, verdict="clean")
+    feeds = RankFeeds()
+    remote = RemoteRanks(job, time.monotonic)
+    remote.start()
+    try:
+        _until(lambda: len(remote.summaries()) == 1)
+        del server
+        _until(lambda: remote.lost)
+        assert remote.problem is not None and "went away" in remote.problem
+        assert redirected == [] and feeds._own_process is False
+    finally:
+        remote.close()
+        feeds.close()
 
 
 def test_deaths_reach_the_other_nodes_and_final_summaries_end_the_reading(server: TCPStore) -> None:

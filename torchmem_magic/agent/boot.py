@@ -19,8 +19,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..core.options import DEFAULT_INTERVAL_MS
-from ..stream.protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
+from ..stream.protocol import ENV_SINK
 
 if TYPE_CHECKING:
     from ..tracing.hooks import LoaderPass, StepClock, TrainingHooks
@@ -100,21 +99,13 @@ def arm_from_environment() -> bool:
 
 def _settings() -> Any:
     from .rank import script_roots, script_sources
-    from ..core.options import parse_guard
+    from ..core.options import MemwatchOptions
     from ..ranks.settings import RankSettings
 
-    try:
-        interval_ms = float(os.environ.get(ENV_INTERVAL_MS) or DEFAULT_INTERVAL_MS)
-    except ValueError:
-        interval_ms = DEFAULT_INTERVAL_MS
-    scan = os.environ.get(ENV_SCAN, "1") != "0"
-    try:
-        guard = parse_guard(os.environ[ENV_GUARD]) if os.environ.get(ENV_GUARD) else None
-    except ValueError:  # the watcher checked it: a value set by hand that is not a share guards nothing
-        guard = None
+    options = MemwatchOptions.from_environment(os.environ)
     return RankSettings(
-        os.environ[ENV_SINK], interval_ms, roots=script_roots if scan else None, sources=script_sources(), scan=scan,
-        guard=guard,
+        os.environ[ENV_SINK], options.interval_ms, roots=script_roots if options.scan else None,
+        sources=script_sources(), scan=options.scan, guard=options.guard if options.guard is None else float(options.guard),
     )
 
 

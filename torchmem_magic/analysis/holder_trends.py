@@ -174,6 +174,14 @@ def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     )
 
 
+def rose_in_few_scans(series: Sequence[tuple[int, int]]) -> bool:
+    """Whether a holder measured too few times for a trend (`holder_trend` undecided) rose at each of its
+    scans, by MIN_GROWTH_BYTES in all: a holder a search found mid-run late in a short run, measured once
+    there and once at the end. A dataset alive before the run stays the same size, and is no such holder."""
+    sizes = [b for _, b in sorted(series)]
+    return len(sizes) >= 2 and all(b >= a for a, b in zip(sizes, sizes[1:])) and sizes[-1] - sizes[0] >= MIN_GROWTH_BYTES
+
+
 def first_named_step(series: dict[str, list[tuple[int, int]]]) -> int | None:
     """The step at which a holder first showed clear growth in the scans: when the live status line
     names it."""

@@ -7,14 +7,16 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .holder_tracking import CHEAP_OBJECTS, HolderTracker
 from .scan_schedule import FULL_SCAN_EVERY, NEVER
 from ..analysis.holders import HolderSearch
-from ..analysis.holder_trends import MIN_GROWTH_BYTES, at_its_last_level, first_named_step, holder_trend, with_trends
+from ..analysis.holder_trends import (
+    MIN_GROWTH_BYTES, at_its_last_level, first_named_step, holder_trend, rose_in_few_scans, with_trends,
+)
 from ..render.advice.holders import live_holder_line
 from ..core.model import Suspect
 from .scan.memo import ScanMemo, scan_reusing
@@ -139,6 +141,7 @@ class LeakFinder:
         self._started_s = 0.0  # (monotonic) when the run began
         self._growing_at: tuple[int, bool] = (-1, False)  # (scans, whether a holder grew in them)
         self._found_mid_run: dict[str, HeldElsewhere] = {}  # holders it found (their objects let go: `obj=None`)
+        self._mid_run_covered: BackSearch | None = None  # what the last mid-run search that found some covered
 
     @property
     def inherits_scan(self) -> bool:
@@ -259,6 +262,8 @@ class LeakFinder:
             held = {h.name: h for h in back.held}
             found = [r for r in found if 2 * measured.get(r.name, 0) >= held[r.name].tensor_bytes]
             self._found_mid_run.update((r.name, replace(held[r.name], obj=None)) for r in found)
+            if found:
+                self._mid_run_covered = replace(back, held=())
             return found
         finally:
             del roots  # the user's objects: not kept by the traceback of an interrupt in the search
@@ -304,6 +309,18 @@ class LeakFinder:
             if not scan:
                 self.close()
 
+    def found_mid_run(self, suspects: Sequence[Suspect]) -> HolderSearch | None:
+        """The holders a search back found mid-run that the report has as new in the run with too few scans
+        since for a trend of their own: said as what the search found (as at the end), since no line on a
+        trend can say where the memory went."""
+        covered = self._mid_run_covered
+        found = tuple(s for s in suspects if s.name in self._found_mid_run and s.new_in_cell
+                      and holder_trend(s.name, s.series).growth_per_step is None)
+        if covered is None or not found:
+            return None
+        return HolderSearch(found, 0, covered.storages_searched, covered.storages_live, covered.cut_short,
+                            covered.elapsed_s)
+
     def search_unheld(self, last_step: int, grown_bytes: float) -> HolderSearch | None:
         """Where the memory is when no holder grew in the scans (see `HolderSearch`): the names a memo gave
         the end scan's figures for, scanned afresh and compared with their size before the run; where none
@@ -338,7 +355,9 @@ class LeakFinder:
         held = self._found_mid_run.get(suspect.name)
         if held is None:
             return suspect
-        grew = holder_trend(suspect.name, self._final_series.get(suspect.name, [])).growing
+        series = self._final_series.get(suspect.name, [])
+        trend = holder_trend(suspect.name, series)
+        grew = trend.growing or (trend.growth_per_step is None and rose_in_few_scans(series))
         return replace(suspect, path=held.path, new_in_cell=grew, fix=fix_elsewhere(held.name, held.path, held.kind))
 
     def _grown_suspect(self, stats: RootStats, last_step: int) -> Suspect:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
-from ..core.options import DEFAULT_INTERVAL_MS
+from ..core.options import MemwatchOptions
 from ..ranks.launch_env import watched_environment
 from ..render.results import Report
 
@@ -34,12 +34,10 @@ class WatchOptions:
     """What `watch` was asked for."""
 
     command: tuple[str, ...]
-    interval_ms: float = DEFAULT_INTERVAL_MS
+    ranks: MemwatchOptions = MemwatchOptions()  # what each rank is handed (`--interval`, `--no-scan`, `--guard`)
     save_path: str | None = None
-    scan: bool = True
     status_every_s: float | None = None  # the live status's period (None: 1 s on a terminal, else 10 s; 0: none)
     metrics_address: tuple[str, int] | None = None  # where to serve the ranks as Prometheus gauges, if anywhere
-    guard: float | None = None  # each rank stops its loop at this share of a resource's limit
     tensorboard_dir: str | None = None  # where each rank's curves go as TensorBoard scalars, if anywhere
 
 
@@ -138,11 +136,11 @@ def _watch(options: WatchOptions, listener: Listener | None, out: TextIO, err: T
     from ..report.saved import save_report
     from ..session.run import MemwatchSession
 
-    session = MemwatchSession(SessionOptions(options.interval_ms, train_hooks=False, watch_ranks=True), listener=listener)
+    session = MemwatchSession(SessionOptions(options.ranks.interval_ms, train_hooks=False, watch_ranks=True), listener=listener)
     session.start()
     try:
         assert session.ranks is not None
-        env = watched_environment(os.environ, session.ranks.address, options.interval_ms, options.scan, options.guard)
+        env = watched_environment(os.environ, session.ranks.address, options.ranks)
         child = subprocess.Popen(list(options.command), env=env)
     except OSError as exc:
         session.stop(exc)

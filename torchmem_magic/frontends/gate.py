@@ -8,23 +8,23 @@ rides along on `.report`.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 from collections.abc import Collection
 from types import CodeType, FrameType, TracebackType
 from typing import Any
 
 from ..analysis import holder_trends
-from ..api import memwatch, watch_from
+from ..api import watch_from
 from ..core.model import Suspect, VerdictName
 from ..render.results import Report
-from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH
+from ..core.option_args import takes_options
+from ..core.options import MemwatchOptions
 from ..session.run import MemwatchSession
 from ..core.units import count_noun, format_bytes, rate_unit
 
 #: verdicts a gate may fail on; "clean" never fails
 FAILING_VERDICTS: tuple[VerdictName, ...] = ("leak", "suspect", "unknown")
-SESSION_OPTIONS = frozenset(inspect.signature(memwatch).parameters)
+OPTION_NAMES = tuple(each.name for each in dataclasses.fields(MemwatchOptions))
 
 
 def top_holder(report: Report) -> Suspect | None:
@@ -91,13 +91,15 @@ class LeakGate:
         fail_on: str | Collection[str] = ("leak",),
         *,
         code: CodeType | None = None,
-        **options: Any,
+        options: MemwatchOptions | None = None,
+        **given: Any,
     ) -> None:
         self.fail_on = _failing(fail_on)
-        unknown = sorted(set(options) - SESSION_OPTIONS)
+        unknown = sorted(set(given) - set(OPTION_NAMES))
         if unknown:  # said here, where the gate is written, not when the block starts
-            raise TypeError(f"unknown option {', '.join(unknown)}; the options are {', '.join(sorted(SESSION_OPTIONS))}"
+            raise TypeError(f"unknown option {', '.join(unknown)}; the options are {', '.join(sorted(OPTION_NAMES))}"
                             " and fail_on")
+        options = options if options is not None else MemwatchOptions(**given)
         self._namespace, self._frame, self._code, self._options = namespace, frame, code, options
         self.session: MemwatchSession | None = None
 
@@ -105,7 +107,7 @@ class LeakGate:
         if self.session is not None:
             raise RuntimeError("a LeakGate runs one block")
         frame, self._frame = self._frame, None  # no reference cycle through the caller's frame
-        self.session = watch_from(self._namespace, frame, code=self._code, **self._options)
+        self.session = watch_from(self._namespace, frame, self._options, code=self._code)
         del frame
         return self.session.__enter__()
 
@@ -120,16 +122,8 @@ class LeakGate:
             raise LeakError(report)
 
 
-def assert_no_leak(
-    interval_ms: float = DEFAULT_INTERVAL_MS,
-    *,
-    device: str | int | None = None,
-    quiet: bool = False,
-    shm_path: str = DEFAULT_SHM_PATH,
-    scan: bool = True,
-    fail_on: str | Collection[str] = ("leak",),
-    guard: float | str | None = None,
-) -> LeakGate:
+@takes_options
+def assert_no_leak(options: MemwatchOptions, *, fail_on: str | Collection[str] = ("leak",)) -> LeakGate:
     """`with assert_no_leak(): train(200)`: raise LeakError when the block's memory leaks.
 
     The options are `memwatch()`'s; the holder is looked for in the locals of the test function and
@@ -143,8 +137,5 @@ def assert_no_leak(
     MemoryGuardError (a MemoryError: the test errors, and the runner survives to report it).
     Like any memwatch session, it cannot run inside another one (RuntimeError).
     """
-    caller = sys._getframe(1)
-    return LeakGate(
-        caller.f_globals, caller, fail_on,
-        interval_ms=interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan, guard=guard,
-    )
+    caller = sys._getframe(2)  # 1 is `takes_options`' front end
+    return LeakGate(caller.f_globals, caller, fail_on, options=options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -27,7 +28,8 @@ from ..finder.leak_finder import LeakSearch
 from ..session.lifecycle import cuts_in_anywhere
 from ..widgets.live_route import LiveRoute, route_for_kernel
 from ..finder.notebook import notebook_roots, recent_sources
-from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
+from ..core.option_args import from_parsed, option_flags
+from ..core.options import SessionOptions
 from ..render.static import figure_img_html
 from ..render.results import report_long_text
 from ..finder.scan.results import Root
@@ -84,6 +86,13 @@ def _current_cell_number(shell: Any) -> int:
     return int(getattr(exec_result, "execution_count", None) or shell.execution_count)
 
 
+def _option_flags(magic: Callable[..., Any]) -> Callable[..., Any]:
+    """The magic's flags for every option of MemwatchOptions, in their order."""
+    for flags, keywords in reversed(list(option_flags("magic"))):
+        magic = argument(*flags, **keywords)(magic)
+    return magic
+
+
 @magics_class
 class MemwatchMagics(Magics):
     """%%memwatch: watch RAM, heap, VRAM and /dev/shm while a training cell runs."""
@@ -110,21 +119,9 @@ class MemwatchMagics(Magics):
         return None if last is None else eval(last, shell.user_global_ns, shell.user_ns)
 
     @magic_arguments()
-    @argument(
-        "--interval", type=float, default=DEFAULT_INTERVAL_MS, metavar="MS",
-        help=f"background sampling period in ms, 1-10000 (default {DEFAULT_INTERVAL_MS:g})",
-    )
+    @_option_flags
     @argument("--no-plot", action="store_true", help="text report only, no live figure")
     @argument("-o", dest="return_report", action="store_true", help="return the Report (r = _)")
-    @argument("-q", "--quiet", action="store_true", help="no live figure and no report output")
-    @argument("--device", default=None, help="device to watch, e.g. cuda:1, mps, xpu:0 (default: all in use)")
-    @argument("--no-scan", action="store_true", help="skip the leak finder (no suspects in the report)")
-    @argument("--shm-path", default=DEFAULT_SHM_PATH, metavar="DIR", help="shared-memory filesystem to watch")
-    @argument(
-        "--guard", default=None, metavar="PCT",
-        help="stop the loop with MemoryGuardError at a step once RAM, /dev/shm or VRAM reaches PCT of its limit"
-        " (90%%, 90 or 0.9), or would before the next check",
-    )
     @argument("--no-record", action="store_true",
               help="keep no flight record on disk (what shows the run after the kernel is killed)")
     @argument("--last", action="store_true",
@@ -206,12 +203,15 @@ class MemwatchMagics(Magics):
 
     def _new_session(self, args: Any, cell: str) -> MemwatchSession:
         """The cell's session, with its flight record and its leak finder over the notebook's names."""
+        try:
+            options = from_parsed(args)  # checked before anything is made
+        except ValueError as exc:
+            raise UsageError(f"%%memwatch: {exc}") from None
         recorder = None if args.no_record else FlightRecorder(cell)
         shell = self.shell
-        search = None if args.no_scan else LeakSearch(lambda: notebook_roots(shell), [cell, *recent_sources(shell)])
         try:
-            options = SessionOptions(args.interval, device=args.device, shm_path=args.shm_path, guard=args.guard)
-            return MemwatchSession(options, search=search, recorder=recorder, rank_agent=adopt_forked)
+            search = None if not options.scan else LeakSearch(lambda: notebook_roots(shell), [cell, *recent_sources(shell)])
+            return MemwatchSession(SessionOptions.of(options), search=search, recorder=recorder, rank_agent=adopt_forked)
         except ValueError as exc:
             raise UsageError(f"%%memwatch: {exc}") from None
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH
+from ..core.option_args import takes_options
+from ..core.options import MemwatchOptions
 from .rank_gather import other_ranks_pids
 from .trainer_watch import TrainerWatch
 
@@ -62,14 +63,10 @@ class MemwatchCallback(*_callback_bases()):  # type: ignore[misc]  # a Callback 
             its own exception.
     """
 
-    def __init__(
-        self, interval_ms: float = DEFAULT_INTERVAL_MS, *, device: str | int | None = None, quiet: bool = False,
-        shm_path: str = DEFAULT_SHM_PATH, scan: bool = True, guard: float | str | None = None,
-        fail_on_leak: bool = False,
-    ) -> None:
+    @takes_options
+    def __init__(self, options: MemwatchOptions, *, fail_on_leak: bool = False) -> None:
         super().__init__()
-        self._watch = TrainerWatch(interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
-                                   guard=guard, fail_on_leak=fail_on_leak)
+        self._watch = TrainerWatch(options, fail_on_leak)
 
     @property
     def report(self) -> Any:

@@ -5,6 +5,7 @@ on the training thread at its logging steps at the cost of a few lookups, and th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH, SessionOptions
+from ..core.options import MemwatchOptions
 from ..report.rates import leak_rate
 from ..report.scalars import memory_scalars
 from ..session.run import MemwatchSession, active_session, keep_as_last
@@ -47,23 +48,16 @@ class VerdictTicker:
 
 class TrainerWatch:
     """One trainer's run watched (see the module's docstring). The options are `memwatch()`'s, checked
-    here, when the callback is made: a bad one fails before any training.
+    when the callback is made (MemwatchOptions): a bad one fails before any training.
 
     Args:
-        quiet: no report printed (or shown) at the end; `report` has it all the same.
+        options: `quiet`: no report printed (or shown) at the end; `report` has it all the same.
         fail_on_leak: `raise_if_leak` raises LeakError for a leak (for CI).
     """
 
-    def __init__(
-        self, interval_ms: float = DEFAULT_INTERVAL_MS, *, device: str | int | None = None, quiet: bool = False,
-        shm_path: str = DEFAULT_SHM_PATH, scan: bool = True, guard: float | str | None = None,
-        fail_on_leak: bool = False,
-    ) -> None:
-        SessionOptions(interval_ms, device=device, shm_path=shm_path, guard=guard)  # ValueError, in one line
-        self._options: dict[str, Any] = {
-            "interval_ms": interval_ms, "device": device, "shm_path": shm_path, "scan": scan, "guard": guard,
-        }
-        self.quiet, self.fail_on_leak = quiet, fail_on_leak
+    def __init__(self, options: MemwatchOptions, fail_on_leak: bool = False) -> None:
+        self._options = options
+        self.quiet, self.fail_on_leak = options.quiet, fail_on_leak
         self.report: Report | None = None
         # a rank launched from this process (forked or spawned) hands its report back through a file
         self._home_pid = os.getpid()
@@ -96,7 +90,7 @@ class TrainerWatch:
         from ..api import watch_from
 
         namespace, frame = _user_namespace()
-        session = watch_from(namespace, frame, quiet=True, **self._options)
+        session = watch_from(namespace, frame, dataclasses.replace(self._options, quiet=True))
         session.tree_leaves_out = leave_out
         figure_shown = _show_live_figure(session) if not (self.quiet or self.away) else False
         if not figure_shown:

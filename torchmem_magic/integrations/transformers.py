@@ -18,7 +18,8 @@ import sys
 from types import FrameType
 from typing import Any
 
-from ..core.options import DEFAULT_INTERVAL_MS, DEFAULT_SHM_PATH
+from ..core.option_args import takes_options
+from ..core.options import MemwatchOptions
 from .rank_gather import other_ranks_pids
 from .trainer_watch import TrainerWatch
 
@@ -49,13 +50,9 @@ class MemwatchCallback(TrainerCallback):
         fail_on_leak: a leak raises LeakError once the report is out (for CI).
     """
 
-    def __init__(
-        self, interval_ms: float = DEFAULT_INTERVAL_MS, *, device: str | int | None = None, quiet: bool = False,
-        shm_path: str = DEFAULT_SHM_PATH, scan: bool = True, guard: float | str | None = None,
-        fail_on_leak: bool = False,
-    ) -> None:
-        self._watch = TrainerWatch(interval_ms, device=device, quiet=quiet, shm_path=shm_path, scan=scan,
-                                   guard=guard, fail_on_leak=fail_on_leak)
+    @takes_options
+    def __init__(self, options: MemwatchOptions, *, fail_on_leak: bool = False) -> None:
+        self._watch = TrainerWatch(options, fail_on_leak)
         self._trainer: Any = None  # the Trainer whose `log` carries the keys, while its run goes on
         self._evaluating = False  # between an evaluation's first prediction step and its `on_evaluate`
 

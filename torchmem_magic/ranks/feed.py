@@ -114,8 +114,10 @@ class RankFeeds:
     """Every rank's feed, by pid (a process is one rank; its rank number may come later)."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.perf_counter, oom_counts: Callable[[], dict[str, int]] = oom_kill_counts
+        self, clock: Callable[[], float] = time.perf_counter, oom_counts: Callable[[], dict[str, int]] = oom_kill_counts,
+        own_process: bool = False,
     ) -> None:
+        self._own_process = own_process  # the `watch` command's process, not a user's (see RemoteRanks)
         self._sink = RankSink()
         self.address = self._sink.address
         self._clock = clock
@@ -165,7 +167,7 @@ class RankFeeds:
             job = job_from_fields(named)
             if job is None:
                 return
-            self.remote = RemoteRanks(job, lambda: self._clock() - self._started_s)
+            self.remote = RemoteRanks(job, lambda: self._clock() - self._started_s, silence_stderr=self._own_process)
             self.remote.start()
         feeds = list(self.feeds.values())
         for feed in feeds:

@@ -15,25 +15,25 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from ..core.package import PACKAGE_DIR
-from ..stream.protocol import ENV_GUARD, ENV_INTERVAL_MS, ENV_SCAN, ENV_SINK
+from ..core.options import MemwatchOptions
+from ..stream.protocol import ENV_SINK
 
 BOOTSTRAP_DIR = os.path.join(PACKAGE_DIR, "agent", "bootstrap")
 
 
-def watched_environment(
-    base: Mapping[str, str], address: str, interval_ms: float, scan: bool, guard: float | None = None
-) -> dict[str, str]:
-    """`base` plus what makes its Python processes report to the watcher at `address`."""
+def watched_environment(base: Mapping[str, str], address: str, options: MemwatchOptions) -> dict[str, str]:
+    """`base` plus what makes its Python processes report to the watcher at `address`, with `options` (those a
+    rank takes: `MemwatchOptions.environment`); a variable of an option not given is unset, never inherited."""
     env = dict(base)
     path = env.get("PYTHONPATH", "")
     if path.split(os.pathsep)[0] != BOOTSTRAP_DIR:
         env["PYTHONPATH"] = BOOTSTRAP_DIR + (os.pathsep + path if path else "")
     env[ENV_SINK] = address
-    env[ENV_INTERVAL_MS] = f"{interval_ms:g}"
-    env[ENV_SCAN] = "1" if scan else "0"
-    env.pop(ENV_GUARD, None)
-    if guard is not None:
-        env[ENV_GUARD] = f"{guard:g}"
+    for key, value in options.environment().items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return env
 
 
@@ -41,16 +41,16 @@ class ExportedToChildren:
     """The watched environment in this process's own while a session runs; `restore` puts back each
     variable that still holds what was set (one the block changed meanwhile is the block's)."""
 
-    KEYS = ("PYTHONPATH", ENV_SINK, ENV_INTERVAL_MS, ENV_SCAN, ENV_GUARD)
+    KEYS = ("PYTHONPATH", ENV_SINK, *MemwatchOptions().environment())
 
     def __init__(self, environ: MutableMapping[str, str] | None = None) -> None:
         self._environ = os.environ if environ is None else environ
         self._before: dict[str, str | None] = {}
         self._set: dict[str, str | None] = {}
 
-    def export(self, address: str, interval_ms: float, scan: bool, guard: float | None = None) -> None:
+    def export(self, address: str, options: MemwatchOptions) -> None:
         self._before = {key: self._environ.get(key) for key in self.KEYS}
-        wanted = watched_environment(self._environ, address, interval_ms, scan, guard)
+        wanted = watched_environment(self._environ, address, options)
         self._set = {key: wanted.get(key) for key in self.KEYS}
         for key, value in self._set.items():
             if value is None:

@@ -66,8 +66,11 @@ def _peak_of(summary: RankSummary) -> tuple[float, str]:
 class RemoteRanks:
     """Every rank's summary from the job's store, as this watcher last read it."""
 
-    def __init__(self, job: JobStore, clock: Callable[[], float]) -> None:
+    def __init__(self, job: JobStore, clock: Callable[[], float], silence_stderr: bool = False) -> None:
         self.job = job
+        #: this process is the `watch` command's own: torch's warning of a failed store call may be kept off
+        #: fd 2 around each call (never in a user's process: fd 2 is process-wide, their threads write to it)
+        self._silence_stderr = silence_stderr
         self._clock = clock  # the watcher's seconds (those of its feeds' `last_seen_s`)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -117,7 +120,7 @@ class RemoteRanks:
         except Exception as exc:  # no torch.distributed in the watcher's Python, say
             self.problem, self.lost = f"the job's store cannot be used ({type(exc).__name__}: {exc})", True
             return
-        client.quiet = True  # this is the watcher's own process: torch's warning of a failed call is our one line
+        client.quiet = self._silence_stderr  # our own line says it; elsewhere torch's one warning may show
         keys = [self.job.summary_key(rank) for rank in range(self.job.world_size)]
         try:
             while not self._stop.is_set():

@@ -233,9 +233,9 @@ class MemwatchSession:
         from ..ranks.launch_env import ExportedToChildren
 
         options = self.options
-        self.ranks = RankFeeds(self.runtime.clock)
+        self.ranks = RankFeeds(self.runtime.clock, own_process=not options.train_hooks)  # `watch` trains nothing
         self._children_env = ExportedToChildren()
-        self._children_env.export(self.ranks.address, options.interval_ms, self.finder is not None, options.guard_share)
+        self._children_env.export(self.ranks.address, options.forwarded(scan=self.finder is not None))
 
     def _forked_process_handler(self) -> Callable[[TrainingHooks, StepClock | None], None] | None:
         """How a process forked from this one is watched: as a rank streaming to this session."""
@@ -314,11 +314,17 @@ class MemwatchSession:
             self.evidence = self._evidence(ending.ended_by(), suspects)
             self.report = assemble_report(self.evidence)
             report = self.report
-            if scan and finder is not None and needs_holder_search(report.verdict, report.suspects):
+            if not scan or finder is None:
+                return
+            if needs_holder_search(report.verdict, report.suspects):
                 summary = getattr(report, report.resource or "", None)
                 per_step = getattr(summary, "per_step_bytes", None) or 0.0
                 grown = per_step * (report.wall_s if report.clock == "time" else steps)
-                self.evidence = replace(self.evidence, holder_search=finder.search_unheld(steps, grown))
+                searched = finder.search_unheld(steps, grown)
+            else:
+                searched = finder.found_mid_run(report.suspects)
+            if searched is not None:
+                self.evidence = replace(self.evidence, holder_search=searched)
                 self.report = assemble_report(self.evidence)
 
         try:

@@ -31,9 +31,6 @@ from ..core.timeline import COLUMNS, NAN, Row, Timeline
 
 #: the sink's address, set for a watched command's processes (with the bootstrap on PYTHONPATH)
 ENV_SINK = "TORCHMEM_MAGIC_SINK"
-ENV_INTERVAL_MS = "TORCHMEM_MAGIC_INTERVAL_MS"
-ENV_SCAN = "TORCHMEM_MAGIC_SCAN"  # "0": no leak finder in the ranks (`watch --no-scan`)
-ENV_GUARD = "TORCHMEM_MAGIC_GUARD"  # the share of a limit at which each rank stops its loop (`watch --guard`)
 MAX_EVENTS_PER_MESSAGE = 200  # ~30 KB: well inside a Unix datagram
 
 
