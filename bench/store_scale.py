@@ -104,12 +104,13 @@ def representative_summary(seconds: float = 6.0) -> bytes:
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     from torchmem_magic.api import watch_from
+    from torchmem_magic.core.options import MemwatchOptions
 
     server = TCPStore(HOST, 0, is_master=True, wait_for_workers=False)
     job = JobStore(HOST, server.port, JOB_ID, 0, 2 * RANKS_PER_NODE, RANKS_PER_NODE, 0)
     publishing = StorePublishing(job, rank=0, local_rank=0)
     held: dict[str, list[torch.Tensor]] = {"outputs": [], "losses": []}  # the names its leak finder sees
-    session = watch_from(held, quiet=True, interval_ms=100)
+    session = watch_from(held, None, MemwatchOptions(100, quiet=True))
     session.listener = Publishing(publishing)
     publishing.start()
     train_leaking(session, seconds, held)

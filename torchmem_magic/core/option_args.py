@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from . import options as declared
 
-F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 def _fields() -> tuple[dataclasses.Field[Any], ...]:
@@ -27,10 +27,11 @@ def _option_parameters() -> list[inspect.Parameter]:
     return out
 
 
-def takes_options(fn: F) -> F:
+def takes_options(fn: Callable[..., R]) -> Callable[..., R]:
     """`fn(..., options: MemwatchOptions, *, own...)` as the front end users call: `(..., interval_ms=100.0, *,
     device=None, ..., own...)`, every option a keyword of its own (its signature says so, for `help()` and a
-    notebook's tooltips), gathered into one checked MemwatchOptions. An unknown keyword is a TypeError."""
+    notebook's tooltips), gathered into one checked MemwatchOptions. An unknown keyword is a TypeError. To a
+    type checker the keywords are open (`...`): the signature is made at import, from the declared fields."""
     signature = inspect.signature(fn)
     params = list(signature.parameters.values())
     at = [p.name for p in params].index("options")
@@ -39,14 +40,14 @@ def takes_options(fn: F) -> F:
     names = {each.name for each in _fields()}
 
     @functools.wraps(fn)
-    def front_end(*args: Any, **kwargs: Any) -> Any:
+    def front_end(*args: Any, **kwargs: Any) -> R:
         given = called_as.bind(*args, **kwargs).arguments
         options = declared.MemwatchOptions(**{k: v for k, v in given.items() if k in names})
         rest = {k: v for k, v in given.items() if k not in names}
         return fn(*(rest.pop(p.name) for p in head), options, **rest)
 
     front_end.__signature__ = called_as  # type: ignore[attr-defined]
-    return front_end  # type: ignore[return-value]
+    return front_end
 
 
 def option_flags(where: str = "magic") -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
@@ -63,8 +64,9 @@ def option_flags(where: str = "magic") -> Iterator[tuple[tuple[str, ...], dict[s
             keywords["action"] = "store_false" if spec.negated else "store_true"
         else:
             keywords["metavar"] = spec.metavar
-            if spec.from_text is not None and where == "watch":  # the magic's text is checked as MemwatchOptions
-                keywords["type"] = _argparse_type(spec.from_text)  # is made: its message says it whole
+            # the magic's text is parsed when its MemwatchOptions is made, which says what is wrong in one line
+            if spec.from_text is not None and where == "watch":
+                keywords["type"] = _argparse_type(spec.from_text)
         yield flags, keywords
 
 
