@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..tracing.grad_mode import grad_enabled, restore_after_cut_step
 from ..tracing.frames import RunningFrame
 from ..tracing.guard import MemoryGuard
-from ..analysis.holders import needs_holder_search
+from ..analysis.holders import HolderSearch, needs_holder_search
 from ..tracing.hooks import StepClock, TrainingHooks
 from ..finder.leak_finder import LeakFinder, LeakSearch
 from .lifecycle import (
@@ -30,7 +30,7 @@ from .search_judge import SearchJudge
 from .live_view import Listener, LiveView
 from .step_path import StepPath
 from ..core.ended import ended_by
-from ..core.model import Clock, Suspect
+from ..core.model import Clock, SourceErrors, Suspect
 from ..core.options import SessionOptions
 from ..probes.accelerator import parse_device
 from ..probes.base import merged_errors
@@ -45,6 +45,9 @@ from ..core.step_requests import StepRequests
 from ..tracing.steps import RunTime, StepCounter
 from ..core.timeline import Timeline
 from .phases import PhaseLog
+
+#: what a failure of the search at the end is counted as, among the sources that failed (the report stands)
+SEARCH_SOURCE = "end-of-run search"
 from .tracebacks import clear_own_frames, give_lines
 
 if TYPE_CHECKING:
@@ -316,13 +319,13 @@ class MemwatchSession:
             report = self.report
             if not scan or finder is None:
                 return
-            if needs_holder_search(report.verdict, report.suspects):
-                summary = getattr(report, report.resource or "", None)
-                per_step = getattr(summary, "per_step_bytes", None) or 0.0
-                grown = per_step * (report.wall_s if report.clock == "time" else steps)
-                searched = finder.search_unheld(steps, grown)
-            else:
-                searched = finder.found_mid_run(report.suspects)
+            try:
+                searched = self._searched(report, finder, steps)
+            except Exception as exc:  # the report stands without it, and says that it failed
+                failed = SourceErrors(SEARCH_SOURCE, 1, f"{type(exc).__name__}: {exc}")
+                self.evidence = replace(self.evidence, source_errors=(*self.evidence.source_errors, failed))
+                self.report = assemble_report(self.evidence)
+                return
             if searched is not None:
                 self.evidence = replace(self.evidence, holder_search=searched)
                 self.report = assemble_report(self.evidence)
@@ -342,6 +345,17 @@ class MemwatchSession:
             print(report)
         ending.raise_kept()
         return report
+
+    @staticmethod
+    def _searched(report: Report, finder: LeakFinder, steps: int) -> HolderSearch | None:
+        """Where the memory is, for a report with no holder yet (see `LeakFinder.search_unheld`), or what
+        the searches mid-run found that no trend of its own says."""
+        if not needs_holder_search(report.verdict, report.suspects):
+            return finder.found_mid_run(report.suspects)
+        summary = getattr(report, report.resource or "", None)
+        per_step = getattr(summary, "per_step_bytes", None) or 0.0
+        grown = per_step * (report.wall_s if report.clock == "time" else steps)
+        return finder.search_unheld(steps, grown)
 
     def end_when_returned(self, frame: FrameType, ended: Callable[[], None]) -> None:
         """Run `ended()` once, on the sampler thread, when `frame` no longer runs on the thread that calls

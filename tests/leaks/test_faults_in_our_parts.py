@@ -1,0 +1,58 @@
+"""A part of ours that fails or is interrupted, at each stage of a run, in a fresh process each (see
+`fault_scenario.py`): whatever happens, no hook, thread or file descriptor is left, stderr is the one it
+was and the environment is as before. A Ctrl-C anywhere is the user's KeyboardInterrupt. A failure of a
+part the report can stand without (a scan between steps, the search at the end) is counted and said in one
+line of the report, and the run goes on; one at the start (the first reading, the hooks, the start scan) or
+in the report's own assembly is raised to the user as it is: no run is watched then, and none pretends to be."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+STAGES = ("probes", "hooks", "start_scan", "mid_scan", "search", "report")
+KINDS = ("error", "interrupt")
+CELLS = [(stage, kind) for stage in STAGES for kind in KINDS]
+#: the stages whose failure the report stands without, and the source it counts it as
+STANDS_WITHOUT = {"mid_scan": "step/epoch hooks", "search": "end-of-run search"}
+
+
+def _run(cell: tuple[str, str]) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, str(HERE / "fault_scenario.py"), *cell], capture_output=True, text=True,
+                          timeout=300, cwd=HERE, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    lines = done.stdout.strip().splitlines()
+    try:
+        return dict(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        return {"failed_to_run": f"exit {done.returncode}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[tuple[str, str], dict[str, Any]]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(CELLS, pool.map(_run, CELLS)))
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=["-".join(c) for c in CELLS])
+def test_a_fault_in_our_parts_leaves_the_process_as_it_was(cell: tuple[str, str], results: dict[Any, dict[str, Any]]) -> None:
+    stage, kind = cell
+    result = results[cell]
+    assert "failed_to_run" not in result, result.get("failed_to_run")
+    assert result["calls"] >= 1, "the fault was never reached"
+    assert (result["hooks"], result["threads"], result["fds_left"]) == (0, [], []), result
+    assert result["stderr_same"] and result["environ_changed"] == [], result
+    if kind == "interrupt":
+        assert result["seen"].startswith("KeyboardInterrupt"), result
+    elif stage in STANDS_WITHOUT:
+        assert (result["seen"], result["report"], result["verdict"]) == ("ok", "ok", "leak"), result
+        assert result["failed"] == [[STANDS_WITHOUT[stage], 1]] and len(result["said"]) == 1, result
+    else:
+        assert result["seen"] == "ValueError: injected fault" and result["report"] is None, result
