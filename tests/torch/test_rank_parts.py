@@ -42,6 +42,7 @@ from torchmem_magic.ranks.feed import RankFeeds
 from torchmem_magic.stream.feed import RankFeed
 from torchmem_magic.report.assemble import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_report
 from torchmem_magic.core.timeline import Timeline
+from torchmem_magic.report.evidence import RunEvidence
 from torchmem_magic.core.units import format_bytes
 
 HOLDER = Suspect("outputs", "outputs[0]", "autograd-graph", 40, 80, 3 * MIB, True, "outputs.append(out.detach())",
@@ -74,6 +75,48 @@ def test_a_relayed_timeline_replays_into_an_equal_timeline_and_the_same_report()
                         holder_series={"outputs": list(HOLDER.series)})
     fields = decode(encode({"k": "final", "pid": 1, "evidence": evidence_fields(original)}))["evidence"]  # type: ignore[index]
     assert assemble_report(evidence_from(fields, replayed)) == assemble_report(original)
+
+
+def _every_field_set(tl: Timeline) -> RunEvidence:
+    """Evidence with every field away from its default, so a field the stream leaves out shows."""
+    from torchmem_magic.analysis.forensics import WorkerExit
+    from torchmem_magic.analysis.holders import HolderSearch
+    from torchmem_magic.analysis.phases import PhasePass
+    from torchmem_magic.report.evidence import ShmEvidence, WorkerEvidence
+
+    rank = summary_of(assemble_report(evidence(timeline(10), 10)), rank=1, pid=7, host="node1")
+    values: dict[str, Any] = {
+        "wall_s": 3.5, "interval_s": 0.02, "ram_limit_bytes": 8 * GIB, "ram_limit_source": "cgroup v1",
+        "heap_available": False, "shm": ShmEvidence("/dev/shm", 64 * MIB, "file_descriptor", 3),
+        "workers": WorkerEvidence(2, 4, ((11, 5 * MIB, 2 * MIB), (12, 6 * MIB, 3 * MIB))),
+        "worker_exits": (WorkerExit(11, 9, None), WorkerExit(12, None, 0)),
+        "devices_start": (DeviceMemory("cuda:0", 1, 2, 3, 4, None, 8 * GIB, 7 * GIB),),
+        "devices_end": (DeviceMemory("cuda:0", 5, 6, 7, 8, 9, 8 * GIB, 6 * GIB),),
+        "first_pass_batches": 40, "suspects": (HOLDER,), "ended": ended_by(ValueError("bad batch")),
+        "source_errors": (SourceErrors("heap probe", 2, "OSError: x"),), "clock": "backward",
+        "optimizer_steps": 30, "training_loader": 1, "holder_series": {"outputs": list(HOLDER.series)},
+        "live_suspects_at_step": 40, "holders_on_accelerator": frozenset({"outputs", "cache"}), "ranks": (rank,),
+        "guard_advice": ("memwatch guard: stopped at 90 % of the RAM limit",),
+        "holder_search": HolderSearch((HOLDER,), 3, 12, 40, True, 0.25),
+        "phase_passes": (PhasePass("validation", 60, {"heap_bytes": 1.0}, {"heap_bytes": 5.0 * MIB}),),
+    }
+    return evidence(tl, 121, **values)
+
+
+def test_a_rank_streams_every_field_of_its_evidence_as_a_saved_report_reads_it() -> None:
+    """Field by field, through JSON: a field added to RunEvidence must travel (or this test names it)."""
+    from dataclasses import fields
+
+    tl = timeline(120, heap_per_step=MIB)
+    original = _every_field_set(tl)
+    defaults = RunEvidence(tl, 120, 0.0, 0.1, 0, "system", True)
+    unset = [f.name for f in fields(RunEvidence)
+             if f.name != "timeline" and getattr(original, f.name) == getattr(defaults, f.name)]
+    assert unset == [], "give these fields a value above, away from their default"
+    sent = decode(encode({"k": "final", "pid": 1, "evidence": evidence_fields(original)}))["evidence"]  # type: ignore[index]
+    received = evidence_from(sent, tl)
+    assert {f.name: getattr(received, f.name) for f in fields(RunEvidence) if getattr(received, f.name) != getattr(original, f.name)} == {}
+    assert assemble_report(received).to_dict() == assemble_report(original).to_dict()
 
 
 def _rows(series: Any) -> list[dict[str, float]]:
@@ -192,7 +235,7 @@ def test_the_final_report_of_ranks_judges_each_rank_on_bounded_rows(monkeypatch:
     try:
         feed = RankFeed(pid=1, rank=0, timeline=_shaped_timeline("slow leak", 1800, 7, 0), clock="optimizer",
                         counts={"optimizer": 1800 * 7}, elapsed_s=180.0, heap_available=True, ram_limit_bytes=16 << 30)
-        feed.final = feed.evidence_fields()
+        feed.final = evidence_fields(feed.evidence())
         feeds.feeds = {1: feed}
         summaries = feeds.summaries()
     finally:

@@ -10,10 +10,11 @@ display themselves, are the subclasses in `results.py`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from . import resources
+from .schema import from_dict, schema_dict, schema_key
 
 REPORT_SCHEMA_VERSION = 2  # 2 added the step clock (version-1 readers keep working: nothing removed)
 MEMCHECK_SCHEMA_VERSION = 1
@@ -25,54 +26,11 @@ Clock = Literal["optimizer", "backward", "batch", "forward", "time"]
 STEP_CLOCKS: tuple[Clock, ...] = ("optimizer", "backward", "batch", "forward")
 
 
-def _key(name: str, metadata: Any) -> str | None:
-    return metadata["key"] if "key" in metadata else name.removesuffix("_bytes")
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-#: the metadata of a field holding summaries that each take a key of their own (`ResourceSummary.name`)
-SPREAD: dict[str, Any] = {"key": None, "spread": True}
-
-
 class _SchemaDict:
     """`to_dict()` from the dataclass fields: plain JSON-serialisable data under the schema's keys."""
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            if f.metadata.get("spread"):
-                out.update((summary.name, summary.to_dict()) for summary in getattr(self, f.name))
-                continue
-            key = _key(f.name, f.metadata)
-            if key is not None:
-                out[key] = _plain(getattr(self, f.name))
-        return out
-
-
-def from_schema_dict(cls: Any, data: dict[str, Any]) -> Any:
-    """The inverse of `to_dict()` for a class whose fields are plain values or tuples of them
-    (what travels between processes); keys it lacks take the field's default."""
-    kwargs = {}
-    for f in fields(cls):
-        key = _key(f.name, f.metadata)
-        if key is None or key not in data:
-            continue
-        value = data[key]
-        kwargs[f.name] = _tupled(value) if isinstance(value, list) else value
-    return cls(**kwargs)
-
-
-def _tupled(value: Any) -> Any:
-    return tuple(_tupled(v) if isinstance(v, list) else v for v in value) if isinstance(value, list) else value
+        return schema_dict(self)
 
 
 class _VersionedSchemaDict(_SchemaDict):
@@ -97,6 +55,18 @@ class ResourceSummary(_SchemaDict):
     per_step_bytes: float | None
     limit_bytes: int | None = None
     name: str = field(default="", metadata={"key": None})  # its row's `summary` key in the resources table
+
+
+def _spread_from(cls: type[Any], data: dict[str, Any]) -> tuple[ResourceSummary, ...]:
+    """The summaries saved under keys of their own: those of the resources table's rows that `cls` has
+    no field for (keys of rows unknown here are left: a newer writer's)."""
+    own = {schema_key(f) for f in fields(cls)}
+    names = dict.fromkeys(r.summary for r in resources.RESOURCES if r.summary and r.summary not in own)
+    return tuple(replace(from_dict(ResourceSummary, data[name]), name=name) for name in names if name in data)
+
+
+#: the metadata of a field holding summaries that each take a key of their own (`ResourceSummary.name`)
+SPREAD: dict[str, Any] = {"key": None, "spread": _spread_from}
 
 
 def resource_summary(part: Any, name: str | None) -> Any:

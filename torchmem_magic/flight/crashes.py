@@ -18,9 +18,9 @@ from typing import Any
 from ..core.resources import RAM, SHM, VRAM_RESERVED
 from ..analysis.forensics import death_explanation
 from ..render.advice import advice_lines
-from ..core.model import DeviceMemory, from_schema_dict
+from ..core.model import DeviceMemory
+from ..core.schema import from_dict
 from ..stream.feed import RankFeed, apply_message
-from ..stream.protocol import evidence_from
 from ..report.assemble import assemble_report
 from ..render.results import Report
 from .place import SHOWN_SUFFIX, SUFFIX, notebook_identity, process_alive, records_dir
@@ -88,7 +88,7 @@ def read_record(path: Path) -> CrashRecord | None:
             apply_message(feed, message, now_s=feed.elapsed_s, watcher_started_wall_s=0.0)
     if hello is None:
         return None
-    devices = tuple(from_schema_dict(DeviceMemory, d) for d in hello.get("devices", ()))
+    devices = tuple(from_dict(DeviceMemory, d) for d in hello.get("devices", ()))
     record = CrashRecord(path, hello, feed, verdict, skipped, devices)
     if terminated is not None:
         record.terminated_by, record.terminated_wall_s = terminated
@@ -128,7 +128,7 @@ def crash_records(all_notebooks: bool = False, directory: Path | None = None) ->
 def crash_report(record: CrashRecord) -> Report:
     """The report of the run up to its death, with the death told first in its advice."""
     feed = record.feed
-    report = assemble_report(evidence_from(feed.evidence_fields(), feed.timeline))
+    report = assemble_report(feed.evidence())
     hello = record.hello
     timeline = feed.timeline.by_time
     shm_total = hello.get("shm_total_bytes")

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.ended import Ended
 from ..core.model import RankSummary
@@ -28,9 +28,11 @@ from ..report.assemble import RANK_VERDICT_POINTS, RANK_VERDICT_ROWS, assemble_r
 from ..report.merge import summary_of
 from .job import job_from_fields
 from ..stream.feed import RankFeed, apply_message
-from ..stream.protocol import evidence_from
 from .remote import RankHistory, RemoteRanks
 from ..stream.transport import RankSink
+
+if TYPE_CHECKING:
+    from ..render.results import Report
 
 NVML_PERIOD_S = 2.0
 POLL_PERIOD_S = 0.1
@@ -104,6 +106,12 @@ def died_of(feed: RankFeed) -> str | None:
             return f"signal {exit_info.signal_number}"
         return f"{name}, by the OOM killer" if feed.oom_killed else name
     return f"exit code {exit_info.exit_code}" if exit_info.exit_code else None
+
+
+def rank_report(feed: RankFeed) -> Report:
+    """A rank's report from what it streamed: its own session's report, assembled on the bounded rows a
+    watcher judges every rank on (the block's end waits for all of them)."""
+    return assemble_report(feed.evidence(), max_rows=RANK_VERDICT_ROWS, max_points=RANK_VERDICT_POINTS)
 
 
 def _signal_name(name: str | None) -> str | None:
@@ -221,8 +229,7 @@ class RankFeeds:
                 self._note_exit(feed)
                 status, ended = self._ending(feed, ended_by)
                 # bounded: every rank is judged here, on one thread, while the block's end waits
-                report = assemble_report(evidence_from(feed.evidence_fields(), feed.timeline),
-                                         max_rows=RANK_VERDICT_ROWS, max_points=RANK_VERDICT_POINTS)
+                report = rank_report(feed)
                 out.append(summary_of(
                     report, rank=numbers[pid], pid=pid, host=feed.host, status=status, ended=ended,
                     last_seen_s=feed.last_seen_s, stalled_s=feed.last_seen_s - feed.progress_s, exited_s=feed.exited_s,

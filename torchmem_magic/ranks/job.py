@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.model import RankSummary, Suspect
-from ..report.saved import from_dict
+from ..core.schema import from_dict
 
 KEY_ROOT = "torchmem_magic"
 WIRE_VERSION = 1

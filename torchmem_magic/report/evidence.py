@@ -39,7 +39,7 @@ class WorkerEvidence:
 class RunEvidence:
     """Everything a run gathered, as plain data: the input of `assemble_report`."""
 
-    timeline: Timeline
+    timeline: Timeline = field(metadata={"key": None})  # streamed apart, row by row, as it is made
     steps: int  # steps of `clock`
     wall_s: float
     interval_s: float

@@ -2,102 +2,27 @@
 
 A saved `.json` is `Report.to_dict()`; reading it back rebuilds the same `Report` (equal to the
 original but for the timeline, which is not saved), nested summaries, holders and ranks included.
-The reader is driven by the dataclasses' own field types, so a field added to the model is read
-back without touching this module. A multi-node run saves one file per node; `merge_reports`
+The reader is `core.schema`'s, driven by the dataclasses' own field types, so a field added to the
+model is read back without touching this module. A multi-node run saves one file per node; `merge_reports`
 joins their ranks into one report judged as if one watcher had seen them all.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import types
-import typing
 from collections.abc import Sequence
-from dataclasses import fields, is_dataclass, replace
-from typing import Any, Literal, Union
+from dataclasses import replace
+from typing import Any
 
-from ..core import resources
-from ..core.model import RankSummary, ResourceSummary
+from ..core.model import RankSummary
+from ..core.schema import from_dict
 from .merge import summary_of, with_ranks
 from ..render.static import report_document as report_document  # re-exported: saved pages live here too
 from ..render.results import Report
 from ..render.results import save_report as save_report
 
 STATUS_SEVERITY = {"ok": 0, "interrupted": 1, "error": 2, "killed": 3}
-
-
-def _schema_key(field: dataclasses.Field[Any]) -> str | None:
-    """The key a field has in `to_dict()` (None: not saved)."""
-    if "key" in field.metadata:
-        key: str | None = field.metadata["key"]
-        return key
-    return field.name.removesuffix("_bytes")
-
-
-def _value(kind: Any, value: Any) -> Any:
-    """`value` read from JSON as a `kind` (a field's type: a summary class, a tuple, an optional)."""
-    if value is None:
-        return None
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin is Union or origin is types.UnionType:
-        options = [a for a in args if a is not type(None)]
-        return _value(options[0], value) if len(options) == 1 else value
-    if isinstance(kind, type) and is_dataclass(kind):
-        return from_dict(kind, value)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_value(args[0], v) for v in value)
-        return tuple(_value(a, v) for a, v in zip(args, value)) if args else tuple(value)
-    if origin is dict:
-        return dict(value)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if origin is Literal or kind in (int, str, bool, float) or kind is Any:
-        return value
-    return value
-
-
-_TYPE_HINTS: dict[type[Any], dict[str, Any]] = {}  # the package's own schema classes only
-
-
-def _type_hints(cls: type[Any]) -> dict[str, Any]:
-    """A class's field types, resolved once: resolving them costs more than the rest of a decoding (a
-    watcher of many ranks decodes every rank's summary once a second)."""
-    hints = _TYPE_HINTS.get(cls)
-    if hints is None:
-        hints = _TYPE_HINTS[cls] = typing.get_type_hints(cls)
-    return hints
-
-
-def from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
-    """The `cls` whose `to_dict()` gave `data`; a key it lacks takes the field's default
-    (ValueError when the field has none)."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    kinds = _type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.metadata.get("spread"):
-            kwargs[f.name] = _spread(cls, data)
-            continue
-        key = _schema_key(f)
-        if key is None or not f.init:
-            continue
-        if key in data:
-            kwargs[f.name] = _value(kinds[f.name], data[key])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ValueError(f"{cls.__name__}: the saved data has no {key!r}")
-    return cls(**kwargs)
-
-
-def _spread(cls: type[Any], data: dict[str, Any]) -> tuple[ResourceSummary, ...]:
-    """The summaries saved under keys of their own: those of the resources table's rows that `cls` has
-    no field for (keys of rows unknown here are left: a newer writer's)."""
-    own = {_schema_key(f) for f in fields(cls)}
-    names = dict.fromkeys(r.summary for r in resources.RESOURCES if r.summary and r.summary not in own)
-    return tuple(replace(from_dict(ResourceSummary, data[name]), name=name) for name in names if name in data)
 
 
 def report_from_dict(data: dict[str, Any]) -> Report:

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.forensics import WorkerExit
-from ..core.model import Suspect, from_schema_dict
+from ..core.model import Suspect
 from ..core.options import DEFAULT_INTERVAL_MS
+from ..core.schema import from_dict
 from ..core.timeline import Timeline
-from .protocol import apply_events
+from ..report.evidence import RunEvidence
+from .protocol import apply_events, evidence_from
 
 
 @dataclass
@@ -49,18 +51,17 @@ class RankFeed:
     def steps(self) -> int:
         return int(self.counts.get(self.clock, 0)) if self.clock != "time" else 0
 
-    def evidence_fields(self) -> dict[str, Any]:
+    def evidence(self) -> RunEvidence:
         """The rank's evidence: what it sent at the end, else what it had sent when it stopped."""
         if self.final is not None:
-            return self.final
-        return {
-            "steps": self.steps, "wall_s": self.elapsed_s, "interval_s": self.interval_s,
-            "ram_limit_bytes": self.ram_limit_bytes, "ram_limit_source": self.ram_limit_source,
-            "heap_available": self.heap_available, "clock": self.clock,
-            "optimizer_steps": int(self.counts.get("optimizer", 0)),
-            "suspects": [s.to_dict() for s in self.suspects],
-            "holder_series": self.holder_series,
-        }
+            return evidence_from(self.final, self.timeline)
+        return RunEvidence(
+            timeline=self.timeline, steps=self.steps, wall_s=self.elapsed_s, interval_s=self.interval_s,
+            ram_limit_bytes=self.ram_limit_bytes, ram_limit_source=self.ram_limit_source,
+            heap_available=self.heap_available, clock=self.clock,  # type: ignore[arg-type]
+            optimizer_steps=int(self.counts.get("optimizer", 0)), suspects=self.suspects,
+            holder_series=self.holder_series,
+        )
 
 
 def apply_message(feed: RankFeed, message: dict[str, Any], now_s: float, watcher_started_wall_s: float) -> None:
@@ -92,7 +93,7 @@ def apply_message(feed: RankFeed, message: dict[str, Any], now_s: float, watcher
         feed.dropped = int(message.get("dropped", feed.dropped))
     elif kind == "holders":
         feed.holder_series = {n: [(int(s), int(b)) for s, b in p] for n, p in message.get("series", {}).items()}
-        feed.suspects = tuple(from_schema_dict(Suspect, s) for s in message.get("suspects", ()))
+        feed.suspects = tuple(from_dict(Suspect, s) for s in message.get("suspects", ()))
     elif kind == "devices":
         feed.cuda_devices = tuple(str(u) for u in message.get("cuda", ()))
     elif kind == "final":

@@ -13,7 +13,8 @@ Messages (`"k"` is the kind; every message carries the sender's `pid`):
   `["r"]` step rows restart for a better clock, `["p", t_s, loader, steps]` a loader pass), the
   clock counts so far, and how many events a full buffer dropped.
 - `holders`: the holders' series and the suspects at the last mid-run scan.
-- `final`: the rest of the evidence, sent when the rank's run ends normally.
+- `final`: the rest of the evidence (`RunEvidence` but its timeline, through the serialization a saved
+  report uses), sent when the rank's run ends.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
-from ..core.ended import Ended
-from ..core.model import Clock, DeviceMemory, SourceErrors, Suspect, from_schema_dict
-from ..report.evidence import RunEvidence, WorkerEvidence
+from ..core.model import Clock
+from ..core.schema import from_dict, schema_dict
+from ..report.evidence import RunEvidence
 from ..core.timeline import COLUMNS, NAN, Row, Timeline
 
 #: the sink's address, set for a watched command's processes (with the bootstrap on PYTHONPATH)
@@ -87,69 +87,11 @@ def apply_events(timeline: Timeline, events: list[Any]) -> None:
 
 
 def evidence_fields(evidence: RunEvidence) -> dict[str, Any]:
-    """Everything in `evidence` but the timeline (streamed already) and host-wide figures (shm)."""
-    workers = evidence.workers
-    return {
-        "steps": evidence.steps,
-        "wall_s": evidence.wall_s,
-        "interval_s": evidence.interval_s,
-        "ram_limit_bytes": evidence.ram_limit_bytes,
-        "ram_limit_source": evidence.ram_limit_source,
-        "heap_available": evidence.heap_available,
-        "workers": None if workers is None else [workers.max_count, workers.pids_seen, [list(p) for p in workers.peaks]],
-        "devices_start": [d.to_dict() for d in evidence.devices_start],
-        "devices_end": [d.to_dict() for d in evidence.devices_end],
-        "first_pass_batches": evidence.first_pass_batches,
-        "suspects": [s.to_dict() for s in evidence.suspects],
-        "error": None if evidence.ended is None else asdict(evidence.ended),
-        "source_errors": [e.to_dict() for e in evidence.source_errors],
-        "clock": evidence.clock,
-        "optimizer_steps": evidence.optimizer_steps,
-        "training_loader": evidence.training_loader,
-        "holder_series": {name: [list(p) for p in points] for name, points in evidence.holder_series.items()},
-        "live_suspects_at_step": evidence.live_suspects_at_step,
-        "holders_on_accelerator": sorted(evidence.holders_on_accelerator),
-    }
-
-
-def _ended(error: Any) -> Ended | None:
-    """What ended a rank's run, as it sent it (`asdict(Ended)`; a [type name, message] pair from an older
-    sender)."""
-    if not error:
-        return None
-    if isinstance(error, list):
-        name, message = str(error[0]), str(error[1])
-        return Ended(name, message, interrupted=name == "KeyboardInterrupt")
-    ended: Ended = from_schema_dict(Ended, error)
-    return ended
+    """Everything in `evidence` but the timeline (streamed already), as a saved report's data is written."""
+    return schema_dict(evidence)
 
 
 def evidence_from(fields: dict[str, Any], timeline: Timeline) -> RunEvidence:
     """The RunEvidence a rank sent (`evidence_fields`), around the timeline rebuilt from its stream."""
-    workers = fields.get("workers")
-    return RunEvidence(
-        timeline=timeline,
-        steps=int(fields.get("steps", 0)),
-        wall_s=float(fields.get("wall_s", 0.0)),
-        interval_s=float(fields.get("interval_s", 0.1)),
-        ram_limit_bytes=int(fields.get("ram_limit_bytes", 0)),
-        ram_limit_source=str(fields.get("ram_limit_source", "system")),
-        heap_available=bool(fields.get("heap_available", False)),
-        workers=None if workers is None else WorkerEvidence(
-            int(workers[0]), int(workers[1]), tuple((int(a), int(b), int(c)) for a, b, c in workers[2])
-        ),
-        devices_start=tuple(from_schema_dict(DeviceMemory, d) for d in fields.get("devices_start", ())),
-        devices_end=tuple(from_schema_dict(DeviceMemory, d) for d in fields.get("devices_end", ())),
-        first_pass_batches=fields.get("first_pass_batches"),
-        suspects=tuple(from_schema_dict(Suspect, s) for s in fields.get("suspects", ())),
-        ended=_ended(fields.get("error")),
-        source_errors=tuple(from_schema_dict(SourceErrors, e) for e in fields.get("source_errors", ())),
-        clock=fields.get("clock", "time"),
-        optimizer_steps=fields.get("optimizer_steps"),
-        training_loader=fields.get("training_loader"),
-        holder_series={
-            str(name): [(int(s), int(b)) for s, b in points] for name, points in fields.get("holder_series", {}).items()
-        },
-        live_suspects_at_step=fields.get("live_suspects_at_step"),
-        holders_on_accelerator=frozenset(str(name) for name in fields.get("holders_on_accelerator", ())),
-    )
+    evidence: RunEvidence = from_dict(RunEvidence, fields, timeline=timeline)
+    return evidence
