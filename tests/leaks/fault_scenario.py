@@ -3,7 +3,7 @@
 A part of ours fails (KIND `error`: a ValueError) or is interrupted (KIND `interrupt`: KeyboardInterrupt)
 the first time it runs, at STAGE: the start's first reading (`probes`), the hooks' install (`hooks`), the
 start scan (`start_scan`), a scan between steps (`mid_scan`), the search back (`search`), the report's
-assembly (`report`). The loop keeps 16 KiB a step in a library's global (only a search names it). Prints one
+assembly (`report`), the text report printed at the end (`render`). The loop keeps 16 KiB a step in a library's global (only a search names it). Prints one
 JSON line: what the user's code saw, the report, the failures it counts, and what was left behind."""
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ TARGETS = {
     "mid_scan": ("torchmem_magic.finder.holder_tracking", None, "scan_roots"),
     "search": ("torchmem_magic.finder.leak_finder", None, "search_back"),
     "report": ("torchmem_magic.session.run", None, "assemble_report"),
+    "render": ("torchmem_magic.render.results", None, "report_text"),
 }
+PRINTED = {"render"}  # the stages of a run that prints its report (the others are quiet)
 
 
 def inject(stage: str, kind: str) -> list[int]:
@@ -76,7 +78,7 @@ def main(stage: str, kind: str) -> dict[str, Any]:
     del store
     before, seen = _left(), "ok"
     try:
-        with torchmem_magic.memwatch(20, quiet=True):
+        with torchmem_magic.memwatch(20, quiet=stage not in PRINTED):
             train()
     except BaseException as exc:  # what the user's code sees
         seen = f"{type(exc).__name__}: {exc}"

@@ -3,7 +3,9 @@
 was and the environment is as before. A Ctrl-C anywhere is the user's KeyboardInterrupt. A failure of a
 part the report can stand without (a scan between steps, the search at the end) is counted and said in one
 line of the report, and the run goes on; one at the start (the first reading, the hooks, the start scan) or
-in the report's own assembly is raised to the user as it is: no run is watched then, and none pretends to be."""
+in the report's own assembly is raised to the user as it is: no run is watched then, and none pretends to be.
+A renderer of the finished report that fails (the text printed at the end) is one line on stderr; the report
+is kept and the run's end is the block's."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).parent
-STAGES = ("probes", "hooks", "start_scan", "mid_scan", "search", "report")
+STAGES = ("probes", "hooks", "start_scan", "mid_scan", "search", "report", "render")
 KINDS = ("error", "interrupt")
 CELLS = [(stage, kind) for stage in STAGES for kind in KINDS]
 #: the stages whose failure the report stands without, and the source it counts it as
@@ -30,7 +32,7 @@ def _run(cell: tuple[str, str]) -> dict[str, Any]:
                           timeout=300, cwd=HERE, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     lines = done.stdout.strip().splitlines()
     try:
-        return dict(json.loads(lines[-1]))
+        return {**json.loads(lines[-1]), "stderr": done.stderr}
     except (IndexError, ValueError):
         return {"failed_to_run": f"exit {done.returncode}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"}
 
@@ -51,6 +53,10 @@ def test_a_fault_in_our_parts_leaves_the_process_as_it_was(cell: tuple[str, str]
     assert result["stderr_same"] and result["environ_changed"] == [], result
     if kind == "interrupt":
         assert result["seen"].startswith("KeyboardInterrupt"), result
+    elif stage == "render":  # the run ended well: a renderer of ours that fails is one line, the report is kept
+        assert (result["seen"], result["report"], result["verdict"]) == ("ok", "ok", "leak"), result
+        said = [line for line in result["stderr"].splitlines() if "injected fault" in line]
+        assert len(said) == 1 and "could not be shown" in said[0] and "last_report()" in said[0], result["stderr"]
     elif stage in STANDS_WITHOUT:
         assert (result["seen"], result["report"], result["verdict"]) == ("ok", "ok", "leak"), result
         assert result["failed"] == [[STANDS_WITHOUT[stage], 1]] and len(result["said"]) == 1, result

@@ -140,9 +140,17 @@ class MemwatchOptions:
         for each in dataclasses.fields(self):
             spec, value = spec_of(each), getattr(self, each.name)
             if spec.env is not None:
-                out[spec.env] = None if value is None else ("1" if value else "0") if isinstance(value, bool) else (
-                    f"{value:g}" if isinstance(value, float) else str(value))
+                out[spec.env] = _env_text(value)
         return out
+
+
+def _env_text(value: object) -> str | None:
+    """An option's value as its variable holds it (None: unset): booleans as 1/0, floats in short form."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)

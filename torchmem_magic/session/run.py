@@ -78,6 +78,15 @@ def forget_inherited_sessions() -> None:
     _registry.forget_inherited()
 
 
+def _said_if_failing(what: str, action: Callable[[], None]) -> None:
+    """Run a renderer of the finished report; its failure (ours) is one line on stderr, never the user's error."""
+    try:
+        action()
+    except Exception as exc:
+        print(f"torchmem_magic: the report's {what} could not be shown ({type(exc).__name__}: {exc}); "
+              "last_report() has the report", file=sys.stderr)
+
+
 class MemwatchSession:
     """Samples memory while a block of code runs.
 
@@ -336,15 +345,21 @@ class MemwatchSession:
             ending.run(self._let_go)  # a death or a Ctrl-C here must not lose the report: it is not stored yet
         assert self.report is not None
         report = _registry.last = self.report
+        self._show(report, ending.deaths)
+        ending.raise_kept()
+        return report
+
+    def _show(self, report: Report, deaths: list[BaseException]) -> None:
+        """The finished report to the live view's listener (the figure, a stream) and to stdout. A renderer
+        that fails says so in one line and the run's end stands: the report is kept (`last_report()`), the
+        block's own exception is still the one raised; a Ctrl-C meanwhile is the user's."""
         listener, view = self.listener, self.view
         if view is not None:
             view._finished(report)
             if listener is not None:
-                despite_worker_deaths(lambda: listener.on_finish(view, report), ending.deaths)
+                _said_if_failing("its live view", lambda: despite_worker_deaths(lambda: listener.on_finish(view, report), deaths))
         if self.options.print_report:
-            print(report)
-        ending.raise_kept()
-        return report
+            _said_if_failing("its text", lambda: print(report))
 
     @staticmethod
     def _searched(report: Report, finder: LeakFinder, steps: int) -> HolderSearch | None:
