@@ -128,7 +128,7 @@ def record_size(hours: float = 24.0, interval_s: float = 0.1, steps_per_s: float
         largest = max(largest, final)
         session.stop()
     return {"hours": hours, "largest_kib": largest / 1024, "final_kib": final / 1024,
-            "cpu_ms_per_hour": cpu_s * 1000 / hours, "errors": recorder.errors}
+            "cpu_ms_per_hour": cpu_s * 1000 / hours, "errors": recorder.errors.count}
 
 
 def scan_peak(namespace: dict[str, Any] | None = None) -> dict[str, float]:

@@ -110,7 +110,7 @@ def test_sources_that_failed_are_in_the_report_and_its_advice() -> None:
     report = assemble_report(evidence(timeline(40), 40, source_errors=errors))
     assert report.advice[-1] == "the heap probe failed 12 times (last: OSError: boom): its figures in this report are incomplete"
     data = json.loads(json.dumps(report.to_dict()))
-    assert data["errors"] == [{"source": "heap probe", "count": 12, "last": "OSError: boom"}]
+    assert data["errors"] == [{"source": "heap probe", "count": 12, "last": "OSError: boom", "cost": None}]
 
 
 def test_vram_from_device_counters_and_its_headroom() -> None:

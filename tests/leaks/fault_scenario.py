@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
-import threading
 import time
 import types
 from typing import Any
 
 import torch
+from left_behind import changes, snapshot
 
 TARGETS = {
     "probes": ("torchmem_magic.probes.bundle", "ProbeBundle", "background_row"),
@@ -48,11 +47,6 @@ def inject(stage: str, kind: str) -> list[int]:
     return calls
 
 
-def _left() -> dict[str, Any]:
-    return {"fds": sorted(os.listdir("/proc/self/fd")), "environ": dict(os.environ), "stderr": tuple(os.fstat(2)[:2]),
-            "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("torchmem_magic"))}
-
-
 def train() -> None:
     model = torch.nn.Linear(64, 64)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -76,7 +70,7 @@ def main(stage: str, kind: str) -> dict[str, Any]:
     store.CACHE = []  # type: ignore[attr-defined]
     sys.modules["featurestore"] = store
     del store
-    before, seen = _left(), "ok"
+    before, seen = snapshot(), "ok"
     try:
         with torchmem_magic.memwatch(20, quiet=stage not in PRINTED):
             train()
@@ -84,17 +78,13 @@ def main(stage: str, kind: str) -> dict[str, Any]:
         seen = f"{type(exc).__name__}: {exc}"
     report = torchmem_magic.last_report()
     facts = report.to_dict() if report is not None else {}
-    after = _left()
+    after = snapshot()
     return {
         "calls": calls[0], "seen": seen, "report": None if report is None else report.status,
         "verdict": facts.get("verdict"),
         "failed": [] if report is None else [[e.source, e.count] for e in report.source_errors],
         "said": [line for line in facts.get("advice", []) if "injected fault" in line],
-        "hooks": installed_hook_count(), "threads": after["threads"],
-        "fds_left": sorted(set(after["fds"]) - set(before["fds"])),
-        "environ_changed": sorted(k for k in {*before["environ"], *after["environ"]}
-                                  if before["environ"].get(k) != after["environ"].get(k)),
-        "stderr_same": before["stderr"] == after["stderr"],
+        "hooks": installed_hook_count(), **changes(before, after),
     }
 
 

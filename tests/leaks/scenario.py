@@ -16,11 +16,11 @@ import json
 import os
 import signal
 import sys
-import threading
 import weakref
 from typing import Any
 
 import torch
+from left_behind import changes, snapshot
 
 MIB = 1 << 20
 STEPS, END_AT = 60, 30
@@ -195,19 +195,10 @@ def _session_ended_within(timeout_s: float) -> float | None:
 
     started_s = time.monotonic()
     while time.monotonic() - started_s < timeout_s:
-        if active_session() is None and not _left_behind()["threads"]:
+        if active_session() is None and not snapshot()["threads"]:
             return time.monotonic() - started_s
         time.sleep(0.01)
     return None
-
-
-def _left_behind() -> dict[str, Any]:
-    return {
-        "fds": sorted(os.listdir("/proc/self/fd")),
-        "environ": dict(os.environ),
-        "stderr": tuple(os.fstat(2)[:2]),
-        "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("torchmem_magic")),
-    }
 
 
 def main(front: str, torch_state: str, ending: str) -> dict[str, Any]:
@@ -220,7 +211,7 @@ def main(front: str, torch_state: str, ending: str) -> dict[str, Any]:
     import torchmem_magic
     from torchmem_magic.tracing.hooks import installed_hook_count
 
-    before = _left_behind()
+    before = snapshot()
     ended = "ok"
     try:
         globals()[f"run_{front}"](ending)
@@ -240,15 +231,11 @@ def main(front: str, torch_state: str, ending: str) -> dict[str, Any]:
     alive = {name: ref() is not None for name, ref in refs.items()}
     torchmem_magic.release_last_exception()
     gc.collect()
-    after = _left_behind()
+    after = snapshot()
     return {
         "ended": ended, "ended_s": ended_s, "big_while_held": big_while_held, "alive": alive, "alive_after_release": {name: ref() is not None for name, ref in refs.items()},
         "report": None if torchmem_magic.last_report() is None else torchmem_magic.last_report().status,  # type: ignore[union-attr]
-        "hooks": installed_hook_count(), "threads": after["threads"],
-        "fds_left": sorted(set(after["fds"]) - set(before["fds"])),
-        "environ_changed": sorted(k for k in {*before["environ"], *after["environ"]}
-                                  if before["environ"].get(k) != after["environ"].get(k)),
-        "stderr_same": before["stderr"] == after["stderr"],
+        "hooks": installed_hook_count(), **changes(before, after),
     }
 
 

@@ -9,17 +9,13 @@ is kept and the run's end is the block's."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import pytest
+from left_behind import run_cell
 
-HERE = Path(__file__).parent
 STAGES = ("probes", "hooks", "start_scan", "mid_scan", "search", "report", "render")
 KINDS = ("error", "interrupt")
 CELLS = [(stage, kind) for stage in STAGES for kind in KINDS]
@@ -27,20 +23,10 @@ CELLS = [(stage, kind) for stage in STAGES for kind in KINDS]
 STANDS_WITHOUT = {"mid_scan": "step/epoch hooks", "search": "end-of-run search"}
 
 
-def _run(cell: tuple[str, str]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, str(HERE / "fault_scenario.py"), *cell], capture_output=True, text=True,
-                          timeout=300, cwd=HERE, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    lines = done.stdout.strip().splitlines()
-    try:
-        return {**json.loads(lines[-1]), "stderr": done.stderr}
-    except (IndexError, ValueError):
-        return {"failed_to_run": f"exit {done.returncode}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"}
-
-
 @pytest.fixture(scope="module")
 def results() -> dict[tuple[str, str], dict[str, Any]]:
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip(CELLS, pool.map(_run, CELLS)))
+        return dict(zip(CELLS, pool.map(partial(run_cell, "fault_scenario.py"), CELLS)))
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=["-".join(c) for c in CELLS])

@@ -10,17 +10,13 @@ leaves (torch's first step sets TORCHINDUCTOR_CACHE_DIR itself). The cells run f
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import pytest
+from left_behind import run_cell
 
-HERE = Path(__file__).parent
 FRONTS = ("memwatch", "gate", "mark", "lightning", "transformers")
 TORCH_STATES = ("cold", "warm")
 ENDINGS = ("ok", "error", "interrupt", "stop", "guard")
@@ -36,31 +32,18 @@ ENDED = {"ok": "ok", "error": "ValueError", "interrupt": "KeyboardInterrupt", "s
 LIBRARIES_SET = {"mark": {"PYTEST_CURRENT_TEST"}, "lightning": {"PYTORCH_NVML_BASED_CUDA_CHECK"}}
 
 
-def _run(cell: tuple[str, str, str]) -> dict[str, Any]:
-    """One cell in a fresh process: its JSON line, or what it printed when it had none."""
-    done = subprocess.run(
-        [sys.executable, str(HERE / "scenario.py"), *cell], capture_output=True, text=True, timeout=300, cwd=HERE,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    lines = done.stdout.strip().splitlines()
-    try:
-        return dict(json.loads(lines[-1]))
-    except (IndexError, ValueError):
-        return {"failed": f"exit {done.returncode}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"}
-
-
 @pytest.fixture(scope="module")
 def results() -> dict[tuple[str, str, str], dict[str, Any]]:
     cells = BASELINES + CELLS
     with ThreadPoolExecutor(4) as pool:
-        return dict(zip(cells, pool.map(_run, cells)))
+        return dict(zip(cells, pool.map(partial(run_cell, "scenario.py"), cells)))
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=["-".join(c) for c in CELLS])
 def test_the_run_keeps_nothing_of_the_users(cell: tuple[str, str, str], results: dict[Any, dict[str, Any]]) -> None:
     front, torch_state, ending = cell
     result = results[cell]
-    assert "failed" not in result, result.get("failed")
+    assert "failed_to_run" not in result, result.get("failed_to_run")
     expected = ENDED[ending]
     if front == "mark":
         expected = "ok"
@@ -79,5 +62,5 @@ def test_the_run_keeps_nothing_of_the_users(cell: tuple[str, str, str], results:
     assert (result["hooks"], result["threads"], result["fds_left"]) == (0, [], [])
     assert result["stderr_same"]
     baseline = results[("bare", torch_state, "ok")]
-    assert "failed" not in baseline, baseline.get("failed")
+    assert "failed_to_run" not in baseline, baseline.get("failed_to_run")
     assert set(result["environ_changed"]) - LIBRARIES_SET.get(front, set()) == set(baseline["environ_changed"])

@@ -88,7 +88,7 @@ def test_a_long_run_keeps_a_bounded_file(record_dir: Path, monkeypatch: pytest.M
         record = read_record(recorder.path)
     finally:
         session.stop()
-    assert size < 2 * (64 << 10) and recorder.errors == 0
+    assert size < 2 * (64 << 10) and recorder.errors.count == 0
     assert record is not None and record.feed.timeline.by_time.count >= 100  # rewritten, not truncated
     assert record.feed.timeline.by_time.last_value("t_s") == pytest.approx(19_999 * 0.1, abs=30)
 
@@ -176,6 +176,25 @@ def test_a_full_disk_leaves_no_empty_record_and_says_why_the_run_is_not_recorded
     assert session.report is not None and session.report.status == "ok"
     assert recorder.unavailable is not None and recorder.unavailable.startswith("no flight record: [Errno 28]")
     assert list(record_dir.iterdir()) == []
+    said = [line for line in session.report.advice if line.startswith("the flight record failed")]
+    assert len(said) == 1 and "No space left on device" in said[0] and "this report is whole" in said[0], said
+    assert [(e.source, e.count) for e in session.report.source_errors] == [("flight record", 1)]
+
+
+def test_a_record_that_fails_mid_run_is_counted_in_the_report(record_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush that raises (not only a full disk) is counted, never swallowed: the run and its report go on."""
+    recorder = FlightRecorder("loop")
+
+    def broken_flush(run: object) -> None:
+        raise ValueError("injected fault")
+
+    with _recorded_session(recorder) as session:
+        monkeypatch.setattr(recorder, "_flush", broken_flush)
+        recorder.on_sample(session.view, 1e9)  # type: ignore[arg-type]
+    assert session.report is not None and session.report.status == "ok"
+    failed = [e for e in session.report.source_errors if e.source == "flight record"]
+    assert failed and failed[0].last == "ValueError: injected fault"
+    assert list(record_dir.iterdir()) == []  # removed when the run ended, as always
 
 
 def test_a_sigterm_is_written_to_the_record_then_handed_to_the_handler_it_replaced(record_dir: Path) -> None:

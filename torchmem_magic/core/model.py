@@ -417,3 +417,4 @@ class SourceErrors(_SchemaDict):
     source: str  # "step/epoch hooks", "heap probe", "sampler thread"
     count: int
     last: str  # the last failure, "OSError: ..."
+    cost: str | None = None  # what the failures cost, where it is not gaps in this report's figures

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..stream.protocol import events_message, row_values
 from ..stream.transport import Outbox
 from ..core.timeline import COLUMNS, DecimatingSeries
+from ..probes.base import ErrorCount
 from ..probes.oom_kills import oom_kill_counts
 from .place import SUFFIX, identity_key, notebook_identity, process_start_ticks, records_dir
 
@@ -73,6 +74,9 @@ class RecordedRun(Protocol):
 FORMAT = 1
 FLUSH_PERIOD_S = 0.5  # at most this much of a run is lost when the process is killed
 MAX_BYTES = 2 << 20
+RECORD_SOURCE = "flight record"  # its failures, as the report counts them
+#: what a failed record costs: had the kernel died, the report shown afterwards would miss what was not written
+RECORD_COST = "had the kernel died, this run could not have been shown in full afterwards (this report is whole)"
 
 
 def _line(message: dict[str, Any]) -> bytes:
@@ -95,7 +99,7 @@ class FlightRecorder:
         self.directory = directory if directory is not None else records_dir()
         self.path: Path | None = None
         self.bytes_written = 0
-        self.errors = 0  # writes that failed (a full disk): the run goes on without its record
+        self.errors = ErrorCount(RECORD_SOURCE, cost=RECORD_COST)  # a full disk: the run goes on, its report says so
         self.unavailable: str | None = None  # why there is no record at all
         self._fd: int | None = None
         self._hello: dict[str, Any] = {}
@@ -131,6 +135,7 @@ class FlightRecorder:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:  # a read-only home, a full disk: the run goes on, unrecorded
             self.unavailable = f"no flight record: {exc}"
+            self.errors.record(exc)
             return
         self._write(_line(self._hello))
         if self.bytes_written == 0:  # a full disk takes the file but not its first line: no record at all
@@ -145,7 +150,7 @@ class FlightRecorder:
             os.write(self._fd, data)
             self.bytes_written += len(data)
         except OSError as exc:
-            self.errors += 1
+            self.errors.record(exc)
             if self.unavailable is None:
                 what = "no flight record" if self.bytes_written == 0 else "the flight record stops early"
                 self.unavailable = f"{what}: {exc}"
@@ -187,8 +192,8 @@ class FlightRecorder:
         self._next_flush_s = now_s + FLUSH_PERIOD_S
         try:
             self._flush(run)
-        except Exception:
-            self.errors += 1
+        except Exception as exc:
+            self.errors.record(exc)
 
     def _flush(self, run: RecordedRun) -> None:
         lines = []
@@ -232,8 +237,8 @@ class FlightRecorder:
             fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
             os.write(fd, b"".join(body))
             os.replace(aside, self.path)
-        except OSError:  # a full disk: the old record stays, and so does its descriptor
-            self.errors += 1
+        except OSError as exc:  # a full disk: the old record stays, and so does its descriptor
+            self.errors.record(exc)
             if fd >= 0:
                 os.close(fd)
             return
@@ -255,5 +260,5 @@ class FlightRecorder:
                     path.unlink()
                 except FileNotFoundError:
                     pass
-                except OSError:
-                    self.errors += 1
+                except OSError as exc:
+                    self.errors.record(exc)

@@ -246,7 +246,6 @@ class MemwatchMagics(Magics):
         try:
             return session.stop(exc)
         finally:
-            _note_unrecorded(session.recorder)
             if session.report is not None:
                 raising = sys.exc_info()[1]  # stop() itself raising: the cell has no value to show
                 returned = args.return_report and all(e is None or isinstance(e, StopTraining) for e in (exc, raising))
@@ -328,14 +327,6 @@ class MemwatchMagics(Magics):
 
 
 HELP_FLAGS = ("-h", "--help")
-
-
-def _note_unrecorded(recorder: FlightRecorder | None) -> None:
-    """Say in one line that this run went unrecorded (a read-only or full disk), and why: each such run,
-    since what it costs is this run's (a kernel that dies during it is not shown afterwards)."""
-    if recorder is not None and recorder.unavailable:
-        print(f"torchmem_magic: {recorder.unavailable} (the run was watched, but had the kernel died it could not "
-              "be shown afterwards; --no-record keeps none)", file=sys.stderr)
 
 
 def show_last_crash(announce: bool = False) -> Any:

@@ -36,13 +36,14 @@ class ErrorCount:
     source: str
     count: int = 0
     last: str = ""
+    cost: str | None = None  # what its failures cost, where it is not gaps in the report's figures
 
     def record(self, exc: BaseException) -> None:
         self.count += 1
         self.last = f"{type(exc).__name__}: {exc}"
 
     def summary(self) -> SourceErrors | None:
-        return SourceErrors(self.source, self.count, self.last) if self.count else None
+        return SourceErrors(self.source, self.count, self.last, self.cost) if self.count else None
 
 
 def merged_errors(counts: Sequence[ErrorCount]) -> tuple[SourceErrors, ...]:
@@ -53,7 +54,7 @@ def merged_errors(counts: Sequence[ErrorCount]) -> tuple[SourceErrors, ...]:
             continue
         seen = merged.get(summary.source)
         merged[summary.source] = summary if seen is None else SourceErrors(
-            summary.source, seen.count + summary.count, summary.last or seen.last
+            summary.source, seen.count + summary.count, summary.last or seen.last, summary.cost or seen.cost
         )
     return tuple(merged.values())
 

@@ -392,7 +392,8 @@ class MemwatchSession:
         ended = ended_by(exc)
         assert self.probes is not None
         counter, finder = self.step_counter, self.finder
-        errors = [*self.probes.error_counts(), *(part.errors for part in (self._hooks, self._sampler) if part is not None)]
+        parts = (self._hooks, self._sampler, self.recorder)
+        errors = [*self.probes.error_counts(), *(part.errors for part in parts if part is not None)]
         return RunEvidence(
             timeline=self.timeline,
             wall_s=self.runtime.elapsed_s(),

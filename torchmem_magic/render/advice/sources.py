@@ -6,11 +6,13 @@ from collections.abc import Sequence
 
 from ...core.model import SourceErrors
 
+GAPS = "its figures in this report are incomplete"
+
 
 def source_error_advice(errors: Sequence[SourceErrors]) -> list[str]:
-    """One line per source that failed: its figures have gaps, and why."""
+    """One line per source that failed: what it cost (its figures have gaps, unless it says otherwise), and why."""
     return [
         f"the {e.source} failed {e.count:,} time{'s' if e.count != 1 else ''} (last: {e.last}): "
-        "its figures in this report are incomplete"
+        f"{e.cost or GAPS}"
         for e in errors
     ]
