@@ -2,9 +2,10 @@
 and then kept its size (pure).
 
 "The top holder", wherever a line names one, is `top_holder()`'s: the holder with the largest
-positive growth per step. A flat or shrinking holder never counts as growing; a caller that must
-name someone when none grows asks for the largest instead (`or_largest`), and says "held by", not
-"grows".
+positive growth per step, among those that explain at least MIN_HOLDER_SHARE of the leak's growth
+where that share is known (`Suspect.growth_share`). A flat or shrinking holder never counts as growing;
+a caller that must name someone when none grows asks for the largest instead (`or_largest`), and says
+"held by", not "grows".
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ FALLS_SHARE = 0.1
 #: a holder's growth stopped when its later scans all lie within this share of its growth of its last size,
 #: for at least as many steps as it took to get there (a cache or memo filled once, bounded by the data)
 FILLED_LEVEL_SHARE = 0.05
+#: the share of a leak's growth a holder must explain to be named as its holder: a quarter lets two or three
+#: holders share one leak, and leaves out a bystander (a constant, a bounded buffer) found beside it
+MIN_HOLDER_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -83,10 +87,18 @@ def largest_holder(holders: Iterable[H]) -> H | None:
     return min(holders, key=lambda h: (-h.retained_bytes, h.name), default=None)
 
 
+def explains_too_little(holder: object) -> bool:
+    """Whether a holder explains too small a share of the leak's growth to be named as its holder (a
+    share that is not known, a trend's or one of no leak, never rules a holder out)."""
+    share = getattr(holder, "growth_share", None)
+    return share is not None and share < MIN_HOLDER_SHARE
+
+
 def top_holder(holders: Iterable[H], or_largest: bool = False) -> H | None:
     """The top holder: the one with the largest positive growth per step (ties: the larger, then by
-    name). When none grows: the largest holder if `or_largest`, else None."""
-    candidates = list(holders)
+    name), of those that do not explain too little of the growth. When none grows: the largest such
+    holder if `or_largest`, else None."""
+    candidates = [h for h in holders if not explains_too_little(h)]
     growing = [h for h in candidates if grows(h)]
     if growing:
         return min(growing, key=lambda h: (-(h.growth_per_step or 0.0), -h.retained_bytes, h.name))

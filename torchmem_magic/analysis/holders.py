@@ -17,27 +17,21 @@ from typing import Any
 from ..core.model import Suspect
 from ..core.resources import HEAP, VRAM
 from .findings import Diagnosis, Note, note
-from .holder_trends import BOUNDED_MENTION_BYTES, LOOP_KINDS, Fill, HolderTrend, holder_trend, top_trend
+from .holder_share import curves_rate
+from .holder_trends import (
+    BOUNDED_MENTION_BYTES,
+    LOOP_KINDS,
+    Fill,
+    HolderTrend,
+    explains_too_little,
+    holder_trend,
+    top_trend,
+)
 
 #: the curves rule a holder's growth out when the memory it lives in grew by less than this share of
 #: its rate, beyond RULED_OUT_Z standard errors of their slope: scans that landed on the rising part of a cycle
 RULED_OUT_SHARE = 0.5
 RULED_OUT_Z = 3.0
-
-
-def curves_rate(diagnosis: Diagnosis, on_device: bool = False) -> tuple[float, float] | None:
-    """(growth per step, its standard error) of the memory a holder's objects can live in: the heap in
-    use (the kernel's RSS where the heap is not read) plus accelerator memory, or for a holder whose
-    tensors are on a device (`on_device`), that device's memory alone; None when no curve had enough
-    steps to measure it (what no curve measures, no curve can rule out)."""
-    measured = {f.resource: f for f in diagnosis.findings if f.verdict != "unknown" and f.per_step_bytes is not None}
-    host = measured.get("heap") or measured.get("rss") or measured.get("ram")
-    parts = [] if on_device else [host] if host is not None else []
-    if "vram" in measured and (parts or on_device):
-        parts.append(measured["vram"])
-    if not parts:
-        return None
-    return sum(p.per_step_bytes or 0.0 for p in parts), sum(p.per_step_error_bytes or 0.0 for p in parts)
 
 
 def ruled_out(trend: HolderTrend, curves: tuple[float, float] | None) -> bool:
@@ -70,13 +64,25 @@ class HolderSearch:
                 "storages_live": self.storages_live, "cut_short": self.cut_short}
 
 
-def _search_lines(search: HolderSearch, curve_rate: float | None, clock: str) -> list[Note]:
-    """What the search says: the holder it found (where the memory goes), or what it covered."""
+def _search_lines(search: HolderSearch, curve_rate: float | None, clock: str, by_name: dict[str, Suspect]) -> list[Note]:
+    """What the search says: the holder it found (where the memory goes), a candidate that explains too
+    little of the growth to be that (said as partial), or what it covered."""
     if not search.found:
         return [note("search found nothing", searched=search.covered())]
-    top = search.found[0]
-    return [note("search found", name=top.name, retained_bytes=top.retained_bytes, growth_per_step=top.growth_per_step,
-                 path=top.path, curve_rate=curve_rate, clock=clock, searched=search.covered())]
+    top = by_name.get(search.found[0].name, search.found[0])
+    return [note("search found partial" if explains_too_little(top) else "search found", name=top.name,
+                 retained_bytes=top.retained_bytes, growth_per_step=top.growth_per_step, path=top.path,
+                 curve_rate=curve_rate, clock=clock, searched=search.covered(), share=top.growth_share)]
+
+
+def _partial_lines(diagnosis: Diagnosis, partial: Sequence[Suspect], clock: str) -> list[Note]:
+    """Holders that grow with the leak but explain too little of it to be its holder, said as such."""
+    if diagnosis.verdict != "leak" or not partial:
+        return []
+    explained = min(sum(s.growth_share or 0.0 for s in partial), 1.0)
+    return [note("partial holders", resource=diagnosis.resource, curve_rate=diagnosis.per_step_bytes or 0.0,
+                 clock=clock, explained=explained,
+                 candidates=tuple((s.name, s.growth_share or 0.0) for s in partial[:3]))]
 
 
 def _filled_line(name: str, fill: Fill, clock: str) -> Note:
@@ -105,14 +111,15 @@ def _bounded_lines(trends: dict[str, HolderTrend], aliased: Sequence[str], clock
     ] + [note("cycling holder", name=name) for name in aliased]
 
 
-def _where_the_leak_goes(diagnosis: Diagnosis, top: HolderTrend, advice: list[Note], clock: str) -> Diagnosis:
+def _where_the_leak_goes(diagnosis: Diagnosis, top: HolderTrend, share: float | None, advice: list[Note],
+                         clock: str) -> Diagnosis:
     """The curves' leak and the top holder's growth, said together: where it goes when the rates agree (a
     holder's exact jumps make a blurred slope sporadic), the holder's share when they do not."""
     rate = top.growth_per_step or 0.0
     curve_rate = diagnosis.per_step_bytes or 0.0
     agree = curve_rate > 0 and 0.5 <= rate / curve_rate <= 2.0
     advice.insert(1, note("where it goes" if agree else "holder's share", resource=diagnosis.resource,
-                          curve_rate=curve_rate, name=top.name, holder_rate=rate, clock=clock))
+                          curve_rate=curve_rate, name=top.name, holder_rate=rate, clock=clock, share=share))
     if agree and diagnosis.leak_kind == "per-iteration" and top.sporadic:
         # thinned step samples blur jumps into a slope; the holder's exact sizes do not
         return replace(diagnosis, leak_kind="sporadic", advice=tuple(advice))
@@ -188,12 +195,14 @@ def fuse(
     """
     trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
     aliased = sorted(name for name, t in trends.items() if ruled_out(t, curves_rate(diagnosis, name in on_accelerator)))
-    top = top_trend(t for t in trends.values() if t.name not in aliased)
+    by_name = {s.name: s for s in suspects}
+    candidates = [t for t in trends.values() if t.name not in aliased]
+    top = top_trend(t for t in candidates if not explains_too_little(by_name[t.name]))
     advice = list(diagnosis.advice)
     bounded = _bounded_lines(trends, aliased, clock)
     if top is not None:
         if diagnosis.verdict == "leak":
-            fused = _where_the_leak_goes(diagnosis, top, advice, clock)
+            fused = _where_the_leak_goes(diagnosis, top, by_name[top.name].growth_share, advice, clock)
         else:
             room = _Headroom(headroom_bytes, device_headroom_bytes, steps_per_s, on_accelerator)
             fused = _leak_from_holder(diagnosis, top, advice, clock, room)
@@ -204,9 +213,13 @@ def fuse(
         return replace(fused, advice=(*fused.advice, *bounded))
     judged = all(trends.get(s.name) is not None and trends[s.name].growth_per_step is not None
                  for s in suspects if s.new_in_cell)
+    partial = _partial_lines(diagnosis, sorted((by_name[t.name] for t in candidates if t.growing),
+                                               key=lambda s: -(s.growth_share or 0.0)), clock)
+    advice[1:1] = partial
     if searched is not None and diagnosis.verdict in ("leak", "suspect"):
-        advice[1:1] = _search_lines(searched, diagnosis.per_step_bytes, clock)
-    elif diagnosis.verdict == "leak" and tracked and judged:
+        at = 1 + len(partial)
+        advice[at:at] = _search_lines(searched, diagnosis.per_step_bytes, clock, by_name)
+    elif diagnosis.verdict == "leak" and tracked and judged and not partial:
         advice.append(note("held elsewhere"))
     return replace(diagnosis, advice=(*advice, *bounded))
 

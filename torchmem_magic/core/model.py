@@ -198,6 +198,7 @@ class Suspect(_SchemaDict):
     series: tuple[tuple[int, int], ...] = ()  # (step, retained bytes) at each scan of the run
     first_seen_step: int | None = None  # 0 when it held memory before the cell started
     rank: int | None = None  # the rank whose process holds it, in a multi-process run
+    growth_share: float | None = None  # the share (0–1) of the leak's growth it explains; None: no leak to share
 
 
 def by_retained(suspects: Iterable[Suspect]) -> tuple[Suspect, ...]:

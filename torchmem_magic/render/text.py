@@ -222,9 +222,10 @@ def suspects_text(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool =
     lines = ["  holders of tensors / autograd graphs, largest first:"]
     for s in suspects:
         new = (", new in this run" if s.new_in_cell else ", existed before") if in_cell else ""
+        share = "" if s.growth_share is None else f", explains {s.growth_share:.0%} of the growth"
         lines.append(
             f"    {_on_rank(s)}{s.name} ({s.kind}): {format_bytes(s.retained_bytes)} retained, {_count(s.tensors, 'tensor')}, "
-            f"{s.graph_nodes:,} graph nodes{new} — e.g. {s.path}"
+            f"{s.graph_nodes:,} graph nodes{new}{share} — e.g. {s.path}"
         )
         lines.append(f"      fix: {s.fix}")
     return lines
@@ -242,7 +243,9 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool = True) -> str:
     if not suspects:
         return ""
-    header = ["name", "kind", "tensors", "graph nodes", "retained", *(["new in this run"] if in_cell else []), "fix"]
+    shares = any(s.growth_share is not None for s in suspects)
+    header = ["name", "kind", "tensors", "graph nodes", "retained", *(["of the growth"] if shares else []),
+              *(["new in this run"] if in_cell else []), "fix"]
     rows = [
         [
             f"{html.escape(_on_rank(s))}<b>{html.escape(s.name)}</b><br><small>{html.escape(s.path)}</small>",
@@ -250,6 +253,7 @@ def suspects_html(suspects: tuple[Suspect, ...] | list[Suspect], in_cell: bool =
             f"{s.tensors:,}",
             f"{s.graph_nodes:,}",
             html.escape(format_bytes(s.retained_bytes)),
+            *([html.escape("–" if s.growth_share is None else f"{s.growth_share:.0%}")] if shares else []),
             *(["yes" if s.new_in_cell else "no"] if in_cell else []),
             f"<code>{html.escape(s.fix)}</code>",
         ]

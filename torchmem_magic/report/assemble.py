@@ -14,6 +14,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..analysis.forensics import death_from_exits, explain_worker_death, parse_worker_death, shm_warning
+from ..analysis.holder_share import with_growth_shares
 from ..analysis.holders import fuse, without_ruled_out
 from ..analysis.holder_trends import with_trends, without_flat
 from ..core.model import (
@@ -240,8 +241,9 @@ def assemble_report(
     summarised = summaries(evidence)
     ram, vram, shm = summarised["ram"], summarised["vram"], summarised["shm"]
     found = () if evidence.holder_search is None else evidence.holder_search.found
-    suspects = with_trends((*evidence.suspects, *found), evidence.holder_series)
     curves = _curves(evidence, vram, shm, max_rows, max_points)
+    suspects = with_growth_shares(with_trends((*evidence.suspects, *found), evidence.holder_series), curves,
+                                  evidence.holders_on_accelerator)
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(
         curves, suspects, evidence.clock, float(ram.limit_bytes - ram.end_bytes), steps_per_s,

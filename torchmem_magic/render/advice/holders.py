@@ -24,12 +24,38 @@ def _search_found_nothing(searched: dict[str, Any]) -> str:
 
 
 def _search_found(name: str, retained_bytes: int, growth_per_step: float | None, path: str,
-                  curve_rate: float | None, clock: str, searched: dict[str, Any]) -> str:
+                  curve_rate: float | None, clock: str, searched: dict[str, Any], share: float | None = None) -> str:
     unit = rate_unit(clock)
     grew = "" if growth_per_step is None else f", +{format_bytes(growth_per_step)}/{unit} over the run"
     of_curve = "" if not curve_rate else f" of the {rate(curve_rate, clock, signed=True)}"
+    if of_curve and share is not None:
+        of_curve = f": {share:.0%}{of_curve}"
     return (f"{name} holds {format_bytes(retained_bytes)}{grew} at {path}: that is where the memory "
             f"goes{of_curve} (found where the scans had not looked: {_searched(**searched)})")
+
+
+def _search_found_partial(name: str, retained_bytes: int, growth_per_step: float | None, path: str,
+                          curve_rate: float | None, clock: str, searched: dict[str, Any], share: float | None = None) -> str:
+    of_curve = "" if not curve_rate else f" of the {rate(curve_rate, clock, signed=True)}"
+    return (f"no holder found explains the growth: the closest, {name} at {path}, holds "
+            f"{format_bytes(retained_bytes)}, {_share(share)}{of_curve} at most (a partial candidate, not the "
+            f"holder; searched: {_searched(**searched)})")
+
+
+def _share(share: float | None) -> str:
+    return "an unknown share" if share is None else f"{share:.0%}"
+
+
+def _explains(share: float | None) -> str:
+    return "" if share is None else f" ({share:.0%} of it)"
+
+
+def _partial_holders(resource: str, curve_rate: float, clock: str, explained: float,
+                     candidates: tuple[tuple[str, float], ...]) -> str:
+    named = ", ".join(f"{name} ({share:.0%})" for name, share in candidates)
+    return (f"the holders that grow explain only {explained:.0%} of the {resource}'s "
+            f"{rate(curve_rate, clock, signed=True)}: {named} — partial candidates, not the holder; "
+            "most of it is held elsewhere (a function's local variables, a library's cache) or kept by the allocator")
 
 
 def _cache_filled(name: str, grown_bytes: float, first_step: float, full_step: float, last_step: float,
@@ -51,13 +77,16 @@ def _cycling_holder(name: str) -> str:
             "(not a leak)")
 
 
-def _where_it_goes(resource: str, curve_rate: float, name: str, holder_rate: float, clock: str) -> str:
+def _where_it_goes(resource: str, curve_rate: float, name: str, holder_rate: float, clock: str,
+                   share: float | None = None) -> str:
     return (f"{resource} {rate(curve_rate, clock, signed=True)}, and {name} grows "
-            f"{rate(holder_rate, clock, signed=True)}: that is where it goes")
+            f"{rate(holder_rate, clock, signed=True)}: that is where it goes{_explains(share)}")
 
 
-def _holder_share(resource: str, curve_rate: float, name: str, holder_rate: float, clock: str) -> str:
-    return f"{name} grows {rate(holder_rate, clock, signed=True)} of the {resource}'s {rate(curve_rate, clock, signed=True)}"
+def _holder_share(resource: str, curve_rate: float, name: str, holder_rate: float, clock: str,
+                  share: float | None = None) -> str:
+    return (f"{name} grows {rate(holder_rate, clock, signed=True)} of the {resource}'s "
+            f"{rate(curve_rate, clock, signed=True)}{_explains(share)}")
 
 
 def _holder_leak(leak_kind: str, name: str, holder_rate: float, clock: str,
@@ -89,6 +118,8 @@ def live_holder_line(trends: Sequence[HolderTrend], kinds: dict[str, str], clock
 WORDS: dict[str, Callable[..., str]] = {
     "search found nothing": _search_found_nothing,
     "search found": _search_found,
+    "search found partial": _search_found_partial,
+    "partial holders": _partial_holders,
     "cache filled": _cache_filled,
     "bounded holder": _bounded_holder,
     "cycling holder": _cycling_holder,
