@@ -66,7 +66,7 @@ def test_a_module_whose_parameters_and_optimizer_state_are_filled_once_is_no_sus
     assert w.report.verdict != "leak", w.report.advice
 
 
-def test_a_container_on_a_class_filled_through_self_is_named_as_the_classes() -> None:
+def test_a_container_on_a_class_filled_through_self_is_named_at_the_class() -> None:
     net = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     tap = Tap()
@@ -81,7 +81,8 @@ def test_a_container_on_a_class_filled_through_self_is_named_as_the_classes() ->
     report = w.report
     assert report.verdict == "leak"
     top = report.suspects[0]
-    assert top.name == "tap" and top.path.startswith("tap.store[") and top.kind == "tensor-cache", report.suspects
+    # the class is the owner: its list is what every instance fills, and what to clear
+    assert top.name == "Tap" and top.path.startswith("Tap.store[") and top.kind == "tensor-cache", report.suspects
     assert "`Tap.store`, a class attribute" in top.fix and "`self.store = {}` in `__init__`" in top.fix
 
 

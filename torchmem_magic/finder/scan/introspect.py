@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from itertools import chain
 from typing import Any
 
+from .arrays import NUMPY_ARRAY, PANDAS_TABLES, array_items, library_class, table_items
 from .results import FunctionSlot
 
 # Categories: what the traversal does with an object of a type.
@@ -37,6 +38,8 @@ GENERATOR = "generator"
 EXCEPTION = "exception"
 OBJECT = "object"
 CLASS = "class"  # a class named as a root (types met inside objects are skipped): its own containers
+ARRAY = "array"  # a numpy array: the objects of an object-dtype one (see arrays.py)
+TABLE = "table"  # a pandas DataFrame or Series: its object columns' objects
 
 # How a child is reached from its parent; the token says which one (paths.py spells it out).
 INDEX = "index"  # token: the position, `[3]`
@@ -179,9 +182,12 @@ class TypeCategories:
             return ATOMIC
         if torch is not None and issubclass(cls, torch.Tensor):
             return TENSOR
-        if issubclass(cls, _SKIP_TYPES) or (
-            type_dict(cls).get("__module__") == "numpy" and type_name(cls) == "ndarray"
-        ) or is_ours(cls) or is_boundary(cls, self._boundaries):
+        library = library_class(cls)
+        if library == NUMPY_ARRAY:
+            return ARRAY
+        if library in PANDAS_TABLES:
+            return TABLE
+        if issubclass(cls, _SKIP_TYPES) or is_ours(cls) or is_boundary(cls, self._boundaries):
             return SKIP
         if issubclass(cls, (list, tuple, deque)):
             return SEQUENCE
@@ -318,6 +324,9 @@ def children(obj: Any, category: str) -> Iterator[Child]:
         yield from _object_children(obj)
     elif category == OBJECT:
         yield from _object_children(obj)
+    elif category == ARRAY or category == TABLE:
+        for item, text in (array_items(obj) if category == ARRAY else table_items(obj)):
+            yield item, SUFFIX, text
 
 
 _FUNCTION_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial, types.BuiltinFunctionType})

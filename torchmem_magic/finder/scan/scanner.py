@@ -23,10 +23,12 @@ from .introspect import (
     ATOMIC_EXACT,
     ATTR,
     CLASS,
+    FUNCTION,
     INDEX,
     KEY,
     KEY_OBJECT,
     MAPPING,
+    METHOD,
     OBJECT,
     SEQUENCE,
     SKIP,
@@ -47,6 +49,7 @@ from .results import MAX_PLACES, NODE_BYTES, Budget, FunctionSlot, Root, RootSta
 
 # A tensor reachable from several names is counted for the first: user names before IPython's caches.
 _KIND_ORDER = {"user": 0, "output-cache": 1, "traceback": 2}
+_CALLABLES = frozenset({FUNCTION, METHOD})  # they reach what they capture: its user, not its owner
 #: a container's items are checked in bulk from this many on, in chunks of BULK_CHUNK (each chunk a
 #: list of references, a quarter of a MiB: the time budget is checked between two)
 BULK_MIN_ITEMS = 64
@@ -122,13 +125,7 @@ class Scanner:
         started = time.perf_counter()
         self._deadline = Deadline(self.budget.time_s)
         stats_by_name: dict[str, RootStats] = {}
-        # containers before bare tensors (the `loss` of the last step also sits in `history`), and modules
-        # before other objects, which often hold them (a trainer its model): what a module keeps is named
-        # at the module, `model.train_outputs`, not through another object's private attributes
-        module = None if self.torch is None else self.torch.nn.Module
-        roots = sorted(roots, key=lambda r: (
-            _KIND_ORDER.get(r.kind, 3), self._categories.of(type(r.obj)) == TENSOR,
-            module is None or not issubclass(type(r.obj), module)))
+        roots = sorted(roots, key=self._root_order)
         for root in roots:
             stats = stats_by_name.get(root.name)
             if stats is None:
@@ -156,6 +153,20 @@ class Scanner:
             storages=frozenset(self._storages),
         )
         return result
+
+    def _root_order(self, root: Root) -> tuple[int, bool, bool, bool, bool, bool, str]:
+        """Which root names what several reach: the owner before a user of it, never the order the roots came in.
+        User names before IPython's caches; containers before bare tensors (the `loss` of the last step also
+        sits in `history`) and before functions that capture them (`log` fills `outputs`: `outputs` is named);
+        classes before the other objects (what a class keeps is shared by every instance: `Recorder.store`,
+        not `rec.store`); modules before the rest, which often hold them (a trainer its model, an optimizer its
+        parameters): what a module keeps is named at the module, `model.train_outputs`, not through another
+        object's private attributes; then public names before `_private` ones, by name."""
+        cls = type(root.obj)
+        category = self._categories.of(cls)
+        module = None if self.torch is None else self.torch.nn.Module
+        return (_KIND_ORDER.get(root.kind, 3), category == TENSOR, category in _CALLABLES, not isinstance(root.obj, type),
+                module is None or not issubclass(cls, module), root.name.startswith("_"), root.name)
 
     def _traverse(self, root: Root, stats: RootStats) -> None:
         budget = self.budget
