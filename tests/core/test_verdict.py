@@ -583,7 +583,7 @@ def test_the_shapes_of_growth_are_named_rules_and_each_can_be_switched_off() -> 
     from torchmem_magic.analysis.verdict_table import switched
 
     names = [name for name, _ in SHAPE_RULES]
-    assert names == ["per-epoch", "sporadic", "filled-then-flat", "started-late", "per-iteration", "ramp-read-thinly"]
+    assert names == ["per-epoch", "level-change", "sporadic", "filled-then-flat", "started-late", "per-iteration", "ramp-read-thinly"]
     values = _jumps_every_40th_step()
     assert analyse(series(values)).leak_kind == "sporadic"
     with switched("sporadic"):

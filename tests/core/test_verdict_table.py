@@ -49,6 +49,11 @@ def _jumps() -> tuple[list[Series], dict[str, Any]]:
     return [Series("heap", steps, _noisy(steps, lambda s: (s // 40) * 50 * MIB, 4))], {}
 
 
+def _one_jump() -> tuple[list[Series], dict[str, Any]]:
+    steps = _steps(300)
+    return [Series("heap", steps, _noisy(steps, lambda s: 50 * MIB if s > 150 else 0.0, 5))], {}
+
+
 def _filled() -> tuple[list[Series], dict[str, Any]]:
     steps = _steps(400)
     return [Series("heap", steps, _noisy(steps, lambda s: 256 * 1024 * min(max(0.0, s - 120), 120), 1, 128 * 1024))], {}
@@ -95,6 +100,7 @@ def _said(d: Diagnosis, key: str) -> bool:
 CASES: dict[str, tuple[Callable[[], tuple[list[Series], dict[str, Any]]], Callable[[Diagnosis], bool]]] = {
     "ran-out": (_ran_out, lambda d: any(f.full_at_step is not None for f in d.findings)),
     "per-epoch": (_staircase, lambda d: d.leak_kind == "per-epoch"),
+    "level-change": (_one_jump, lambda d: d.verdict == "clean"),
     "sporadic": (_jumps, lambda d: d.leak_kind == "sporadic"),
     "filled-then-flat": (_filled, lambda d: d.verdict == "clean"),
     "started-late": (_late, lambda d: d.findings[0].started_at_step is not None),

@@ -117,6 +117,25 @@ def _jumps_finding(shape: Shape, t: Thresholds) -> ResourceFinding:
     return shape.finding(verdict, "sporadic", slope=shape.net / (xs[-1] - xs[0]), sporadic=ranges)
 
 
+def level_change(shape: Shape, t: Thresholds) -> ResourceFinding | None:
+    """One jump carries the growth, and the readings stay level after it for at least as long as the run ran
+    before it: a buffer resized once, a cache allocated late, a model grown mid-run. One jump is no pattern:
+    clean (tried before the jump rules, which need it to come again)."""
+    xs, ys, jumps = shape.xs, shape.ys, shape.jumps
+    if len(jumps) != 1 or shape.net <= t.min_total_bytes:
+        return None
+    at = jumps[0]
+    jump = ys[at] - ys[at - 1]
+    if not t.jump_growth_low * shape.net < jump < t.jump_growth_high * shape.net:
+        return None
+    band = max(t.level_flat_of_jump * jump, 3 * shape.noise)
+    level = ys[at:]  # its two ends by medians of 3: one temporary (a copy made as the buffer grew) is no trend
+    moved = statistics.median(level[-3:]) - statistics.median(level[:3])
+    if abs(moved) > band or xs[-1] - xs[at] < t.level_after_over_before * (xs[at - 1] - xs[0]):
+        return None
+    return shape.finding("clean", None, slope=0.0)
+
+
 def sporadic(shape: Shape, t: Thresholds) -> ResourceFinding | None:
     """A few jumps make the growth; a ramp read thinly is left to the line rules (and `ramp_read_thinly`)."""
     if not _jumps_make_growth(shape, t) or _a_ramp(shape, t):
@@ -179,6 +198,7 @@ ShapeRule = Callable[[Shape, Thresholds], "ResourceFinding | None"]
 
 #: the shape rules by their name in the verdict table, in the order they are tried
 SHAPE_RULES: tuple[tuple[str, ShapeRule], ...] = (
-    ("per-epoch", per_epoch), ("sporadic", sporadic), ("filled-then-flat", filled_then_flat),
+    ("per-epoch", per_epoch), ("level-change", level_change), ("sporadic", sporadic),
+    ("filled-then-flat", filled_then_flat),
     ("started-late", started_late), ("per-iteration", per_iteration), ("ramp-read-thinly", ramp_read_thinly),
 )

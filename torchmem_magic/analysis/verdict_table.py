@@ -38,6 +38,10 @@ class Thresholds:
     jumps_per_reading: float = _why(0.2, "a sporadic leak jumps at no more than this share of its readings "
                                     "(three at least): many jumps are noise")
     sporadic_leak_jumps: int = _why(2, "jumps that make a sporadic leak: one rise is a level change (a suspect)")
+    level_flat_of_jump: float = _why(0.05, "after a level change the readings stay within this share of the jump "
+                                     "(or three noise scales)...")
+    level_after_over_before: float = _why(1.0, "...for at least this many times the steps before it: a jump late "
+                                          "in a run is too soon to call level")
     flat_of_rise: float = _why(0.05, "readings within this share of the rise (or the noise) stay flat: the "
                                "growth stopped")
     late_from_share: float = _why(0.2, "growth that began part-way began this share of the steps in at the earliest...")
@@ -66,6 +70,7 @@ def why(name: str) -> str:
 RULES: dict[str, str] = {
     "ran-out": "a resource that filled to its limit in the run is a leak at the rate it filled",
     "per-epoch": "a staircase: growth where epochs begin, flat within them",
+    "level-change": "one jump, then level for at least as long as before it: a resize, not a leak",
     "sporadic": "a few jumps spread over the run that never come back",
     "filled-then-flat": "a rise, then flat to the end: growth that stopped is clean",
     "started-late": "a line that began rising part-way and rose to the end",
