@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...core.package import PACKAGE_DIR
+from ...render.advice.fixes import LRU_CACHE
 from .introspect import StorageKey, tensor_storage
 
 MAX_LEVELS = 12  # referrer levels searched from a tensor
@@ -169,7 +170,7 @@ def _registry(obj: Any) -> str | None:
             name = None
         return f"logging handler {name!r}" if isinstance(name, str) else f"logging handler {type(obj).__name__}"
     if type(obj).__name__ == "_lru_cache_wrapper":
-        return f"functools.lru_cache {getattr(obj, '__qualname__', '?')}"
+        return f"{LRU_CACHE} {getattr(obj, '__qualname__', '?')}"
     return None
 
 
@@ -278,6 +279,11 @@ class _Search:
         """The holder when `parent` is a root or a registry, with the path from it down to a tensor."""
         registry = _registry(parent)
         if registry is not None:
+            named = self.roots.named.get(id(parent)) if registry.startswith(LRU_CACHE) else None
+            if named is not None:  # the user's own name for their cached function says more than its wrapper's
+                registry = f"{named[1]} ({LRU_CACHE})"
+                return HeldElsewhere(named[0], registry + self.path_down(parent, child_id), "registry", 0, 0, parent,
+                                     registry)
             return HeldElsewhere(registry, registry + self.path_down(parent, child_id), "registry", 0, 0, parent, registry)
         described = self.roots.describe(parent, child_id)
         if described is None:

@@ -212,14 +212,17 @@ def grown_place_fix(place: str, scalars: bool, sources: list[str]) -> str:
     return with_line(fix_append(place, "item", sources), fallback) if scalars else fallback
 
 
+LRU_CACHE = "functools.lru_cache"  # how a cached function's cache is called where a search finds it (it lives in C)
+
+
 def fix_elsewhere(name: str, container: str, kind: str) -> str:
     """The fix for a holder found searching back from its tensors (`kind`: the root it was found at;
     `container`: what keeps them there)."""
     if name.startswith("logging handler"):
         return (f"{name} keeps every record it handles, and a record keeps its arguments (tensors with them): "
                 "log numbers (`loss.item()`), or flush and remove the handler")
-    if name.startswith("functools.lru_cache"):
-        function = name.rsplit(" ", 1)[-1]
+    if name.startswith(LRU_CACHE) or f"({LRU_CACHE})" in container:
+        function = name.rsplit(" ", 1)[-1]  # the cached function's own name, or the wrapper's qualified one
         return (f"{function} caches every result by its arguments, for good: call {function}.cache_clear(), give "
                 "it a maxsize, or cache on plain keys rather than tensors")
     if name == "weakref.finalize registry":
