@@ -39,6 +39,18 @@ def test_the_holder_that_carries_the_leak_explains_it_and_is_named() -> None:
     assert "explains 97% of the growth" in str(report)
 
 
+def test_a_holder_that_grows_once_an_epoch_is_measured_by_its_net_growth_not_a_slope_of_its_flats() -> None:
+    """Scans come often early and seldom late: a holder kept at each epoch's end (100 MiB at steps 100 and 200)
+    has most of its scans on its first flat, where a robust slope of the scans reads no growth at all."""
+    scans = (0, 1, 2, 4, 8, 16, 27, 43, 64, 92, 103, 151, 200)
+    series = [(s, 100 * MIB * (s // 100)) for s in scans]
+    val_outputs = Suspect("val_outputs", "val_outputs[0]", "tensor-cache", 10, 10, series[-1][1], True, "fix it")
+    report = leak_report((val_outputs, series))
+    (held,) = report.suspects
+    assert held.growth_share == pytest.approx(1.0, abs=0.02), (held.growth_share, held.growth_per_step)
+    assert top_holder(report.suspects, or_largest=True) is held
+
+
 def test_holders_that_grow_with_too_small_a_share_are_partial_candidates_not_the_holder() -> None:
     report = leak_report(grown("log_buffer", 0.05 * MIB), grown("stats", 0.02 * MIB))
     shares = {s.name: s.growth_share for s in report.suspects}

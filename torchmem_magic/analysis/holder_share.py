@@ -2,7 +2,7 @@
 
 A holder is the answer to "what keeps the memory" only when it explains a stated share of what the memory
 it lives in grew by (`holder_trends.MIN_HOLDER_SHARE`): a 4-byte module constant found beside a 300 MiB
-leak is no answer, however it was found. The share is the holder's own growth per step over the curves'
+leak is no answer, however it was found. The share is the holder's net growth per step over its scans, over the curves'
 (the heap in use, or the kernel's RSS where the heap is not read, plus accelerator memory; the device alone
 for a holder whose tensors are on one). A holder with a single size (found by the search at the end) has no
 rate: what it holds over what the run grew is the most it can explain, and that is its share.
@@ -42,7 +42,17 @@ def growth_share(suspect: Suspect, curves: Diagnosis, on_device: bool) -> float 
     measured = curves_rate(curves, on_device)
     if curves.verdict != "leak" or measured is None or measured[0] <= 0:
         return None
-    return min(max(suspect.growth_per_step, 0.0) / measured[0], 1.0)
+    return min(max(net_growth_per_step(suspect), 0.0) / measured[0], 1.0)
+
+
+def net_growth_per_step(suspect: Suspect) -> float:
+    """What the holder grew by between its first and last scan, per step: the rate a share is measured with.
+    A robust slope of a holder that grows in steps (once a validation pass, once an epoch) swings with where
+    the scans fell between the steps; the net growth over the span does not, and for a steady holder the two agree."""
+    if len(suspect.series) < 2 or suspect.series[-1][0] <= suspect.series[0][0]:
+        return suspect.growth_per_step or 0.0
+    (first_step, first_bytes), (last_step, last_bytes) = suspect.series[0], suspect.series[-1]
+    return (last_bytes - first_bytes) / (last_step - first_step)
 
 
 def with_growth_shares(suspects: Sequence[Suspect], curves: Diagnosis,
