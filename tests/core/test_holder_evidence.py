@@ -121,6 +121,14 @@ def test_a_holder_that_filled_and_stayed_is_a_cache_not_a_leak() -> None:
     assert holder_trend("history", steady).growing and holder_trend("history", steady).filled is None
     stopped_late = [(s, min(s, 300) * 64 * KIB) for s in (2, 4, 8, 16, 32, 58, 94, 150, 260, 330, 400)]
     assert holder_trend("history", stopped_late).growing
+    # scans that thinned out as the memo grew (each costs more): the fill's dense scans, then one scan long
+    # after it ended; that interval, longer than all before, grew at a fraction of the rate: no longer growing
+    thinned = [*((s, min(s, 5724) * 16 * KIB) for s in (1, 2, 4, 8, 16, 32, 117, 304, 554, 986, 1663, 2817, 3667)),
+               (16668, 5724 * 16 * KIB)]
+    assert not holder_trend("memo", thinned).growing
+    # the same scans of a holder that keeps growing, and of one whose last interval is short: still growing
+    assert holder_trend("history", [(s, s * 16 * KIB) for s, _ in thinned]).growing
+    assert holder_trend("memo", [*thinned[:-1], (3700, 3700 * 16 * KIB)]).growing
     dropped = without_flat((cache("memo", memo), cache("history", steady)))
     assert [s.name for s in dropped] == ["history"]
     said = fuse(Diagnosis("clean", None, None, None, None, None, None, ()), [cache("memo", memo)], "optimizer", None, None)

@@ -161,6 +161,17 @@ def at_its_last_level(points: Sequence[tuple[int, int]], size_bytes: int) -> boo
     return bool(sizes) and abs(size_bytes - sizes[-1]) <= FILLED_LEVEL_SHARE * (max(sizes) - min(sizes))
 
 
+def _slowed_in_its_last_interval(steps: Sequence[float], sizes: Sequence[float], slope: float) -> bool:
+    """Whether the last interval between scans spans at least the steps of all before it and grew there at
+    less than STILL_GROWING of the slope: scans thinned out (each costs more as the holder grows), and the
+    one long interval, its size exact, says the growth slowed or stopped in it; the earlier, denser scans
+    outvote it in any slope."""
+    if len(steps) < 3:
+        return False
+    span = steps[-1] - steps[-2]
+    return span >= steps[-2] - steps[0] and (sizes[-1] - sizes[-2]) < STILL_GROWING * slope * span
+
+
 def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     """Judge one holder from its (step, retained bytes) points."""
     points = sorted(series)
@@ -177,7 +188,8 @@ def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
     rises = sum(1 for c in changes if c > 0)
     mostly_up = rises >= 2 and rises >= MOSTLY_UP * len(changes)  # one jump is not a trend
     sporadic = _grew_in_jumps(points)
-    still_growing = late_slope >= STILL_GROWING * slope > 0 or (sporadic and sizes[-1] > sizes[late])
+    still_growing = (late_slope >= STILL_GROWING * slope > 0 and not _slowed_in_its_last_interval(steps, sizes, slope)
+                     or (sporadic and sizes[-1] > sizes[late]))
     filled = filled_then_flat(points)
     growing = (growth >= MIN_GROWTH_BYTES and (mostly_up or sporadic) and still_growing and not _gives_back(points)
                and filled is None)

@@ -153,8 +153,13 @@ def ramp_read_thinly(shape: Shape, t: Thresholds) -> ResourceFinding | None:
 
 def filled_then_flat(shape: Shape, t: Thresholds) -> ResourceFinding | None:
     """Growth that stopped: a rise (a cache or memo filling, bounded by the data), then flat within noise
-    to the end over at least as many steps as the rise took. Clean: only growth that goes on is a leak."""
-    stopped = growth_stopped(shape.xs, shape.ys, shape.noise, t.flat_of_rise, t.late_min_readings)
+    to the end over at least as many steps as the rise took and as the run before it. Clean: only growth
+    that goes on is a leak. Tried before the jumps rules: a fill read as a few jumps is no sporadic leak,
+    which keeps jumping. One jump is the level-change rule's to judge."""
+    if len(shape.jumps) == 1:
+        return None
+    stopped = growth_stopped(shape.xs, shape.ys, shape.noise, t.flat_of_rise, t.late_min_readings,
+                             t.level_after_over_before)
     return shape.finding("clean", None, slope=0.0) if stopped else None
 
 
@@ -198,7 +203,7 @@ ShapeRule = Callable[[Shape, Thresholds], "ResourceFinding | None"]
 
 #: the shape rules by their name in the verdict table, in the order they are tried
 SHAPE_RULES: tuple[tuple[str, ShapeRule], ...] = (
-    ("per-epoch", per_epoch), ("level-change", level_change), ("sporadic", sporadic),
-    ("filled-then-flat", filled_then_flat),
+    ("per-epoch", per_epoch), ("level-change", level_change), ("filled-then-flat", filled_then_flat),
+    ("sporadic", sporadic),
     ("started-late", started_late), ("per-iteration", per_iteration), ("ramp-read-thinly", ramp_read_thinly),
 )

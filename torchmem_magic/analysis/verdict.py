@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from ..core import resources
 from ..core.model import VerdictName
-from ..core.slopes import changes_of, released_at_the_end, warmup_length
+from ..core.slopes import changes_of, growth_stopped, released_at_the_end, warmup_length
 from .epochs import closes_last_epoch, crossing_epochs
 from .explaining_rules import EXPLAINING_RULES, Evidence, Explained
 from .findings import Diagnosis, Note, ResourceFinding, Series, note, readings_of
@@ -95,9 +95,14 @@ def analyse(
         xs, ys = xs[:-1], ys[:-1]
     whole = changes_of(xs, ys) if len(ys) > t.min_steps else None
     warmup = warmup_length(xs, ys, whole) if whole is not None else 0
+    if len(ys) - warmup < t.min_steps:
+        # a fill cut as warm-up, then a flat rest read too few times for a verdict of its own: growth
+        # that stopped is still clean, judged on the whole run
+        stopped = whole is not None and in_force.on("filled-then-flat") and growth_stopped(
+            xs, ys, whole.noise, t.flat_of_rise, t.late_min_readings, t.level_after_over_before)
+        return ResourceFinding(series.resource, "clean" if stopped else "unknown", None, 0.0 if stopped else None,
+                               None, warmup, whole.noise if stopped and whole else 0.0, 0.0, released_bytes=released)
     xs, ys = xs[warmup:], ys[warmup:]
-    if len(ys) < t.min_steps:
-        return ResourceFinding(series.resource, "unknown", None, None, None, warmup, 0.0, 0.0, released_bytes=released)
     changes = whole if whole is not None and warmup == 0 else changes_of(xs, ys)  # once, where nothing was cut
     boundary = crossing_epochs(xs, epoch_steps)
     if ends_after_block and not released and epoch_steps and closes_last_epoch(ys, boundary):

@@ -40,8 +40,8 @@ class Thresholds:
     sporadic_leak_jumps: int = _why(2, "jumps that make a sporadic leak: one rise is a level change (a suspect)")
     level_flat_of_jump: float = _why(0.05, "after a level change the readings stay within this share of the jump "
                                      "(or three noise scales)...")
-    level_after_over_before: float = _why(1.0, "...for at least this many times the steps before it: a jump late "
-                                          "in a run is too soon to call level")
+    level_after_over_before: float = _why(1.0, "...for at least this many times the steps before it: a jump (or a "
+                                          "rise that stopped) late in a run is too soon to call level")
     flat_of_rise: float = _why(0.05, "readings within this share of the rise (or the noise) stay flat: the "
                                "growth stopped")
     late_from_share: float = _why(0.2, "growth that began part-way began this share of the steps in at the earliest...")
@@ -71,8 +71,9 @@ RULES: dict[str, str] = {
     "ran-out": "a resource that filled to its limit in the run is a leak at the rate it filled",
     "per-epoch": "a staircase: growth where epochs begin, flat within them",
     "level-change": "one jump, then level for at least as long as before it: a resize, not a leak",
+    "filled-then-flat": "a rise, then flat to the end, for at least as long as the rise took: growth that "
+                        "stopped is clean (also where a warm-up cut leaves its flat end too few readings)",
     "sporadic": "a few jumps spread over the run that never come back",
-    "filled-then-flat": "a rise, then flat to the end: growth that stopped is clean",
     "started-late": "a line that began rising part-way and rose to the end",
     "per-iteration": "a line that rises with the steps, clear of the noise",
     "ramp-read-thinly": "jumps at readings in a row that no line rule could judge: still a leak by its jumps",

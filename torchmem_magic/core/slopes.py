@@ -370,12 +370,13 @@ def hinge_step(xs: Sequence[float], ys: Sequence[float], first_share: float, las
 
 
 def growth_stopped(xs: Sequence[float], ys: Sequence[float], noise: float, share_of_rise: float,
-                   min_flat_points: int) -> bool:
+                   min_flat_points: int, flat_over_before: float) -> bool:
     """Whether the run's growth stopped: the readings since `flat_from` stay within the larger of
     LEVEL_NOISE_SCALES noises and `share_of_rise` of the rise of their end level (medians of 3, so one
-    temporary does not end the flat), over at least as many steps as the rise took, with no trend that
-    grows more than that band over them; not where they do not (growth that goes on, or a rest too short yet to
-    tell)."""
+    temporary does not end the flat), over at least as many steps as the rise took and `flat_over_before`
+    times the steps before it began (a rise late in a run is too soon to call stopped), with no trend that
+    grows more than that band over them; not where they do not (growth that goes on, or a rest too short yet
+    to tell)."""
     n = len(ys)
     if n < min_flat_points + 2:
         return False
@@ -392,7 +393,9 @@ def growth_stopped(xs: Sequence[float], ys: Sequence[float], noise: float, share
         flat_from -= 1
     below = [i for i in range(flat_from) if level[i] <= end_level - rise_bytes + tolerance]
     rise_from = below[-1] if below else 0
-    if n - flat_from < min_flat_points or xs[-1] - xs[flat_from] < xs[flat_from] - xs[rise_from]:
+    if n - flat_from < min_flat_points:
+        return False
+    if xs[-1] - xs[flat_from] < max(xs[flat_from] - xs[rise_from], flat_over_before * (xs[rise_from] - xs[0])):
         return False
     flat_slope, _ = theil_sen(xs[flat_from:], ys[flat_from:], PERSISTENCE_POINTS * 8)
     if flat_slope * (xs[-1] - xs[flat_from]) > tolerance:  # a line that fits in the band: still growing
