@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from torchmem_magic.finder.scan.referrers import live_storages, search_back
+from torchmem_magic.finder.scan.referrers import live_storages, named_roots, search_back
 from torchmem_magic.finder.scan.results import Root
 from torchmem_magic.finder.scan.scanner import scan_roots
 
@@ -42,7 +42,7 @@ def run(repeats: int = 3) -> dict[str, Any]:
     namespace = build_namespace()
     roots = [Root(name, "user", name, value) for name, value in namespace.items()]
     counted = scan_roots(roots).storages
-    named = {id(r.obj): (r.name, r.path) for r in roots}
+    named = named_roots(roots)
     times, found = [], None
     for _ in range(repeats):
         started = time.perf_counter()

@@ -5,9 +5,11 @@ stay found from their own series."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from torchmem_magic.analysis.holders import fuse
+from torchmem_magic.analysis.holders import HolderSearch, fuse, without_ruled_out
 from torchmem_magic.render.advice import advice_lines
 from torchmem_magic.analysis.holder_trends import holder_trend, without_flat
 from torchmem_magic.core.model import Suspect
@@ -68,6 +70,24 @@ def test_a_holder_on_an_accelerator_agrees_with_the_device_memory_not_the_heap()
     assert fuse(on_device, [features], "optimizer", None, None).verdict == "leak"
 
 
+def test_a_holder_of_worker_batches_is_judged_against_shm_not_the_heap() -> None:
+    """Batches kept from DataLoader workers live in shared-memory segments: /dev/shm grows with the holder
+    while the heap stays flat. Against the heap the holder is ruled out (its scans rose, the heap did not);
+    against the memory it lives in, it is where the shm leak goes, and a leak found from it alone runs out
+    against the mount."""
+    seen = cache("seen", [(s, s * 256 * KIB) for s in (2, 4, 8, 16, 32, 90, 160, 250)])
+    shm_leak = replace(curve("shm", 256 * KIB, 10.0, "leak"), leak_kind="per-iteration")
+    diagnosis = Diagnosis("leak", "per-iteration", "shm", 256 * KIB, 10.0, None, None, (),
+                          (curve("heap", 0.0, 100.0), shm_leak))
+    assert without_ruled_out([seen], diagnosis) == ()
+    assert without_ruled_out([seen], diagnosis, {"seen": "shm"}) == (seen,)
+    fused = fuse(diagnosis, [seen], "optimizer", None, None, memory={"seen": "shm"})
+    assert advice_lines(fused.advice)[0].startswith("shm +256.0 KiB/step, and seen grows +256.0 KiB/step"), fused
+    alone = fuse(curves(curve("heap", 0.0, 100.0)), [seen], "optimizer", headroom_bytes=8 << 30, steps_per_s=100.0,
+                 memory={"seen": "shm"}, shm_headroom_bytes=float(64 * MIB))
+    assert (alone.verdict, alone.resource, alone.steps_to_exhaustion) == ("leak", "shm", 256.0), alone
+
+
 def test_a_holder_that_gives_memory_back_between_scans_does_not_grow() -> None:
     # a cycle whose scans mostly rose but once fell: a leak's exact size never falls
     mostly_up = window((2, 4, 8, 16, 32, 45, 55, 70, 85, 96, 147, 198, 249))
@@ -101,7 +121,7 @@ def test_a_leak_found_from_a_holder_alone_is_where_its_tensors_live() -> None:
     VRAM leak, projected against the device's headroom, when the holder's tensors are mostly on a device."""
     total = cache("total_loss", [(s, 2800 + s * 5600) for s in (2, 4, 8, 16, 32, 144, 259)], kind="autograd-graph")
     on_gpu = fuse(curves(), [total], "optimizer", headroom_bytes=8 << 30, steps_per_s=500.0,
-                  on_accelerator=frozenset({"total_loss"}), device_headroom_bytes=float(1 << 30))
+                  memory={"total_loss": "vram"}, device_headroom_bytes=float(1 << 30))
     assert (on_gpu.verdict, on_gpu.resource) == ("leak", "vram"), on_gpu
     assert on_gpu.steps_to_exhaustion == pytest.approx((1 << 30) / 5600, rel=0.01)
     assert any("CUDA runs out of memory" in line for line in advice_lines(on_gpu.advice)), advice_lines(on_gpu.advice)
@@ -135,3 +155,14 @@ def test_a_holder_that_filled_and_stayed_is_a_cache_not_a_leak() -> None:
     assert said.verdict == "clean"
     assert advice_lines(said.advice) == ("memo is a cache that filled: it grew by 6.2 MiB over steps 0–150, then stayed the same "
                            "size for 250 steps (bounded by the data: not a leak)",)
+
+
+def test_a_search_that_found_nothing_says_where_a_registry_in_c_grew() -> None:
+    """atexit keeps its callbacks (and what they were registered with) in C, where no referrer search can
+    follow: a search that found nothing says the registry grew, with what to do; nothing is said without it."""
+    leak = Diagnosis("leak", "per-iteration", "heap", 256 * KIB, 10.0, None, None, (), (curve("heap", 256 * KIB, 10.0, "leak"),))
+    searched = HolderSearch((), 0, 149, 149, True, 0.5, (("atexit", 150),))
+    said = advice_lines(fuse(leak, [], "optimizer", None, None, searched=searched).advice)
+    assert any("atexit gained 150 entries during the run" in line and "atexit.unregister" in line for line in said), said
+    quiet = advice_lines(fuse(leak, [], "optimizer", None, None, searched=replace(searched, opaque_grown=())).advice)
+    assert not any("atexit" in line for line in quiet), quiet

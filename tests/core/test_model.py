@@ -54,6 +54,7 @@ def test_keys_and_values_follow_the_spec() -> None:
         "name": "history", "path": "history[3]", "kind": "autograd-graph", "tensors": 4, "graph_nodes": 40,
         "retained_bytes": 1000, "new_in_cell": True, "fix": "history.append(loss.item())",
         "growth_per_step": None, "series": [], "first_seen_step": None, "rank": None, "growth_share": None,
+        "retained_by_resource": {},
     }]
     assert data["advice"] == ["use loss.item()"] and data["schema"] == 2 and data["verdict"] == "unknown"
 

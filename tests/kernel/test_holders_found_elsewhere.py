@@ -25,15 +25,6 @@ LOOP = (
 )
 #: name -> (setup, the line of the loop that keeps `features`, the holder's name, the start of its path, of its fix)
 CASES = {
-    "lru_cache_on_tensor_arguments": (
-        "import functools\n"
-        "@functools.lru_cache(maxsize=None)\n"
-        "def normalised(step, t):\n"
-        "    return t / (t.norm() + 1)\n",
-        "    normalised(step, features)\n",
-        # named by the notebook's own name for the function, not by its cache wrapper's
-        "normalised", "normalised (functools.lru_cache)", "normalised caches every result",
-    ),
     "logging_handler_buffering_records": (
         "import logging\n"
         "class Keep(logging.Handler):\n"
@@ -43,8 +34,8 @@ CASES = {
         "        self.buffer.append(record)\n"
         "handler = Keep(); handler.set_name('mem')\n"
         "log = logging.getLogger('train.features'); log.addHandler(handler); log.setLevel(logging.INFO)\n"
-        "log.propagate = False; del handler\n",
-        "    log.info('step %d: %s', step, features)\n",
+        "log.propagate = False; del handler, log  # no notebook name keeps the logger: only its registry does\n",
+        "    logging.getLogger('train.features').info('step %d: %s', step, features)\n",
         "logging handler 'mem'", "logging handler 'mem'.buffer[", "logging handler 'mem' keeps every record",
     ),
     "c_object_holding_a_list": (
@@ -183,15 +174,15 @@ def test_a_holder_no_name_reaches_is_found_mid_run_and_a_stale_one_is_not_named(
 
 
 def test_a_stale_holder_found_mid_run_is_not_named_beside_one_no_scan_can_measure(fresh_kernel: Kernel) -> None:
-    """A leak in a `functools.lru_cache` (a C object: no scan measures it) beside a library's dataset alive
-    before the run: the search back mid-run finds both, the scans after it see the dataset stay the same size,
-    and the search at the end then names the cache alone."""
+    """A leak in a `functools.partial`'s arguments (a C object: no scan reads into them) beside a library's
+    dataset alive before the run: the search back mid-run finds both, the scans after it see the dataset stay
+    the same size, and the search at the end then names the partial alone."""
     fresh_kernel.ok(
-        SETUP + CASES["lru_cache_on_tensor_arguments"][0] + "import sys, types\n"
+        SETUP + CASES["c_object_holding_a_list"][0] + "import sys, types\n"
         "data = types.ModuleType('datastore'); data.DATA = torch.randn(4_000_000); sys.modules['datastore'] = data\n"
         "del data\n"
     )
-    loop = MID_RUN_LOOP.replace("sys.modules['featurestore'].CACHE.append(", "normalised(step, ").replace(
+    loop = MID_RUN_LOOP.replace("sys.modules['featurestore'].CACHE.append(", "on_step.args[0].append(").replace(
         "module global featurestore.CACHE", "module global datastore.DATA")
     fresh_kernel.ok("%%memwatch\n" + loop, timeout_s=180)
     report = fresh_kernel.value(
@@ -200,4 +191,4 @@ def test_a_stale_holder_found_mid_run_is_not_named_beside_one_no_scan_can_measur
     )
     said = json.dumps(report, indent=1)
     assert report["verdict"] == "leak" and fresh_kernel.value("seen"), (said, fresh_kernel.value("[step, missed]"))  # 4 scans of the dataset
-    assert report["suspects"] == ["normalised"], said
+    assert report["suspects"] == ["on_step"], said

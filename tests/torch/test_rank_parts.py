@@ -96,6 +96,7 @@ def _every_field_set(tl: Timeline) -> RunEvidence:
         "source_errors": (SourceErrors("heap probe", 2, "OSError: x"),), "clock": "backward",
         "optimizer_steps": 30, "training_loader": 1, "holder_series": {"outputs": list(HOLDER.series)},
         "live_suspects_at_step": 40, "holders_on_accelerator": frozenset({"outputs", "cache"}), "ranks": (rank,),
+        "holders_in_shared_memory": frozenset({"batches"}),
         "guard_advice": ("memwatch guard: stopped at 90 % of the RAM limit",),
         "holder_search": HolderSearch((HOLDER,), 3, 12, 40, True, 0.25),
         "phase_passes": (PhasePass("validation", 60, {"heap_bytes": 1.0}, {"heap_bytes": 5.0 * MIB}),),

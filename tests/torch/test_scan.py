@@ -233,3 +233,64 @@ def test_scan_roots_groups_by_name_and_dedups_across_roots() -> None:
     result = scan_roots([Root("a", "user", "a", [t]), Root("Out", "output-cache", "Out", {1: t})])
     by_name = {r.name: r for r in result.roots}
     assert by_name["a"].tensor_bytes == 1 << 20 and by_name["Out"].tensor_bytes == 0
+
+
+def test_retained_bytes_are_split_by_the_memory_they_live_in() -> None:
+    """A storage moved to shared memory (what a DataLoader worker's batch is) counts as shm, the rest as heap,
+    graph nodes as heap; the split adds up to the retained bytes."""
+    shared = torch.zeros(64 * 1024).share_memory_()  # 256 KiB in a shared-memory segment
+    plain = torch.zeros(32 * 1024)  # 128 KiB on the heap
+    w = torch.ones(4, requires_grad=True)
+    kept = {"batches": [shared], "features": [plain], "loss": (w * 2).sum()}
+    (stats,) = scan_roots([Root("kept", "user", "kept", kept)]).roots
+    split = stats.retained_by_resource()
+    assert split["shm"] == 256 * 1024 and split["heap"] >= 128 * 1024 and "vram" not in split, split
+    assert sum(split.values()) == stats.retained_bytes
+
+
+def test_a_functools_cache_is_read_into_bounded_or_not() -> None:
+    """An lru_cache keeps its results in C, with no attribute to read: the scan reads them as the collector
+    does, the unbounded cache's dict and a bounded cache's links alike, and names them under the function."""
+    import functools
+
+    @functools.cache
+    def augmented(batch_id: int) -> torch.Tensor:
+        return torch.zeros(16 * 1024)  # 64 KiB
+
+    @functools.lru_cache(maxsize=4)
+    def view_of(batch_id: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.zeros(16 * 1024)
+
+    for i in range(10):
+        augmented(i)
+        view_of(i, scale=2.0)
+    unbounded = memcheck(augmented, name="augmented")
+    assert unbounded.retained_bytes == 10 * 64 * 1024 and unbounded.tensors == 10, unbounded
+    assert any(f.path.startswith("augmented (functools.lru_cache)[") for f in unbounded.findings), unbounded.findings
+    bounded = memcheck(view_of, name="view_of")
+    assert bounded.retained_bytes == 4 * 64 * 1024, bounded
+    augmented.cache_clear()
+    assert memcheck(augmented, name="augmented").retained_bytes == 0
+
+
+def test_a_logger_a_name_keeps_is_read_into_its_handlers_and_only_then() -> None:
+    """The process' machinery (loggers, handlers) is skipped where an object reaches it, or every scan would
+    walk the logging tree; a root that is a logger is read into its handlers, so their buffered records are
+    found under the user's own name for the logger."""
+    import logging
+    import logging.handlers
+
+    log = logging.getLogger("torchmem_magic.tests.buffered")
+    handler = logging.handlers.MemoryHandler(capacity=10**9, flushLevel=logging.CRITICAL)
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        for _ in range(4):
+            log.error("kept %s", torch.zeros(16 * 1024))
+        direct = memcheck(log, name="log")
+        assert direct.retained_bytes == 4 * 64 * 1024, direct
+        assert direct.findings[0].path == "log.handlers[0].buffer[0].args[0]", direct.findings[0]
+        assert memcheck({"logger": log}, name="holder").retained_bytes == 0  # reached from an object: skipped
+    finally:
+        log.removeHandler(handler)
+        handler.buffer.clear()

@@ -83,7 +83,10 @@ def allocator_keeps_rss(e: Evidence, t: Thresholds) -> Explained | None:
         heap.verdict != "leak" and rss is not None and e.grew("heap") < t.heap_share_of_rss * e.grew(rss.resource)
     )):
         return None
-    said = rss is not None and rss.verdict == "leak" and e.workers_added(t) is None  # else the workers' note says it
+    shm = e.findings.get("shm")
+    # where /dev/shm leaks, RSS grew by the segments the kernel maps (the workers' batches it keeps): no allocator's
+    said = (rss is not None and rss.verdict == "leak" and e.workers_added(t) is None  # else the workers' note says it
+            and (shm is None or shm.verdict not in ("leak", "suspect")))
     return Explained(note("allocator keeps RSS", heap_flat=heap.verdict == "clean") if said else None, frozenset({"ram"}))
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.model import Suspect
-from ..core.resources import HEAP, VRAM
+from ..core.resources import HEAP, SHM, VRAM
 from .findings import Diagnosis, Note, note
-from .holder_share import curves_rate
+from .holder_share import HolderMemory, curves_rate
 from .holder_trends import (
     BOUNDED_MENTION_BYTES,
     LOOP_KINDS,
@@ -57,6 +57,9 @@ class HolderSearch:
     storages_live: int  # live storages no scan reached
     cut_short: bool
     elapsed_s: float
+    #: entries the run added to registries that live in C, where no search can follow (("atexit", 150)):
+    #: where the memory may be when the search found nothing
+    opaque_grown: tuple[tuple[str, int], ...] = ()
 
     def covered(self) -> dict[str, Any]:
         """What was searched, as the facts of the advice that says it."""
@@ -68,7 +71,7 @@ def _search_lines(search: HolderSearch, curve_rate: float | None, clock: str, by
     """What the search says: the holder it found (where the memory goes), a candidate that explains too
     little of the growth to be that (said as partial), or what it covered."""
     if not search.found:
-        return [note("search found nothing", searched=search.covered())]
+        return [note("search found nothing", searched=search.covered(), opaque=search.opaque_grown)]
     top = by_name.get(search.found[0].name, search.found[0])
     return [note("search found partial" if explains_too_little(top) else "search found", name=top.name,
                  retained_bytes=top.retained_bytes, growth_per_step=top.growth_per_step, path=top.path,
@@ -91,14 +94,15 @@ def _filled_line(name: str, fill: Fill, clock: str) -> Note:
 
 
 def without_ruled_out(
-    suspects: Sequence[Suspect], diagnosis: Diagnosis, on_accelerator: frozenset[str] = frozenset()
+    suspects: Sequence[Suspect], diagnosis: Diagnosis, memory: HolderMemory | None = None
 ) -> tuple[Suspect, ...]:
     """The suspects less the loop's holders whose growth the curves ruled out (`ruled_out`: `fuse` says
     so in the advice): a window cycling between scans, or a cache whose last scans came before it filled."""
+    memory = memory or {}
     return tuple(
         s for s in suspects
         if s.kind not in LOOP_KINDS or not s.series
-        or not ruled_out(holder_trend(s.name, s.series), curves_rate(diagnosis, s.name in on_accelerator))
+        or not ruled_out(holder_trend(s.name, s.series), curves_rate(diagnosis, memory.get(s.name)))
     )
 
 
@@ -132,17 +136,18 @@ class _Headroom:
 
     host_bytes: float | None
     device_bytes: float | None
+    shm_bytes: float | None
     steps_per_s: float | None
-    on_accelerator: frozenset[str]
+    memory: HolderMemory
 
 
 def _leak_from_holder(diagnosis: Diagnosis, top: HolderTrend, advice: list[Note], clock: str, room: _Headroom) -> Diagnosis:
     """A holder that grows although no curve shows it: a leak at its own rate, in VRAM where its tensors are
-    mostly on an accelerator (against the device's headroom), else in the heap."""
+    mostly on an accelerator (against the device's headroom), in /dev/shm where they are shared-memory
+    segments, else in the heap."""
     rate = top.growth_per_step or 0.0
-    on_device = top.name in room.on_accelerator
-    resource = VRAM if on_device else HEAP
-    headroom = room.device_bytes if on_device else room.host_bytes
+    resource, headroom = {"vram": (VRAM, room.device_bytes), "shm": (SHM, room.shm_bytes)}.get(
+        room.memory.get(top.name, ""), (HEAP, room.host_bytes))
     exhaustion = headroom / rate if headroom and rate > 0 else None
     seconds = exhaustion / room.steps_per_s if exhaustion is not None and room.steps_per_s else None
     kind = "sporadic" if top.sporadic else "per-iteration"
@@ -176,9 +181,10 @@ def fuse(
     headroom_bytes: float | None,
     steps_per_s: float | None,
     tracked: bool = True,
-    on_accelerator: frozenset[str] = frozenset(),
+    memory: HolderMemory | None = None,
     device_headroom_bytes: float | None = None,
     searched: HolderSearch | None = None,
+    shm_headroom_bytes: float | None = None,
 ) -> Diagnosis:
     """One verdict from the curves' diagnosis and the holders' own growth.
 
@@ -188,13 +194,16 @@ def fuse(
       the cell that too few scans could judge make the verdict "suspect".
     - Agreement and disagreement between the two are said plainly (`tracked`: the holders were
       scanned during the run, so "no holder grows" means something).
-    - A leak found from a holder alone is in VRAM when its tensors are mostly on an accelerator
-      (`on_accelerator`), and runs out against the device (`device_headroom_bytes`), else in the heap.
+    - Each holder is judged against the memory its tensors live in (`memory`: an accelerator's, /dev/shm,
+      else the heap's). A leak found from a holder alone is in VRAM when its tensors are mostly on an
+      accelerator, and runs out against the device (`device_headroom_bytes`), in /dev/shm against the
+      mount (`shm_headroom_bytes`), else in the heap.
     - Where no holder grew in the scans, `searched` says where the memory was found instead, or what
       was searched.
     """
+    memory = memory or {}
     trends = {s.name: holder_trend(s.name, s.series) for s in suspects if s.series}
-    aliased = sorted(name for name, t in trends.items() if ruled_out(t, curves_rate(diagnosis, name in on_accelerator)))
+    aliased = sorted(name for name, t in trends.items() if ruled_out(t, curves_rate(diagnosis, memory.get(name))))
     by_name = {s.name: s for s in suspects}
     candidates = [t for t in trends.values() if t.name not in aliased]
     top = top_trend(t for t in candidates if not explains_too_little(by_name[t.name]))
@@ -204,7 +213,7 @@ def fuse(
         if diagnosis.verdict == "leak":
             fused = _where_the_leak_goes(diagnosis, top, by_name[top.name].growth_share, advice, clock)
         else:
-            room = _Headroom(headroom_bytes, device_headroom_bytes, steps_per_s, on_accelerator)
+            room = _Headroom(headroom_bytes, device_headroom_bytes, shm_headroom_bytes, steps_per_s, memory)
             fused = _leak_from_holder(diagnosis, top, advice, clock, room)
         return replace(fused, advice=(*fused.advice, *bounded))
     new_graphs = [s.name for s in suspects if s.kind == "autograd-graph" and s.new_in_cell]

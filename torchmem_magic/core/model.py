@@ -9,7 +9,7 @@ display themselves, are the subclasses in `results.py`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
@@ -199,6 +199,8 @@ class Suspect(_SchemaDict):
     first_seen_step: int | None = None  # 0 when it held memory before the cell started
     rank: int | None = None  # the rank whose process holds it, in a multi-process run
     growth_share: float | None = None  # the share (0–1) of the leak's growth it explains; None: no leak to share
+    #: retained_bytes by the memory it lives in: "heap", "shm" (shared-memory segments), "vram"
+    retained_by_resource: Mapping[str, int] = field(default_factory=dict, metadata={"key": "retained_by_resource"})
 
 
 def by_retained(suspects: Iterable[Suspect]) -> tuple[Suspect, ...]:

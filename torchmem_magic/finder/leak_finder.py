@@ -20,8 +20,11 @@ from ..analysis.holder_trends import (
 from ..render.advice.holders import live_holder_line
 from ..core.model import Suspect
 from .scan.memo import ScanMemo, scan_reusing
-from .scan.referrers import BackSearch, HeldElsewhere, by_size_class, live_storages, search_back
-from .scan.results import Budget, Root, RootStats, StartScan
+from .scan.referrers import (
+    BackSearch, HeldElsewhere, by_size_class, live_storages, named_roots, opaque_registry_sizes, search_back,
+)
+from .scan.introspect import boundary_types, is_boundary
+from .scan.results import Budget, Root, RootStats, StartScan, mostly
 from .scan.scanner import scan_roots
 from .suspects import baseline_of, fix_elsewhere, growing_suspect, suspects_from_scan, suspects_from_stats
 
@@ -29,6 +32,8 @@ START_SCAN_BUDGET = Budget(time_s=0.3)  # before the cell: only per-name totals 
 END_SCAN_BUDGET = Budget(time_s=1.0)
 #: where no holder grew: the search back from live tensors, and the measure of each root it finds
 SEARCH_BACK_S = 1.0
+#: entries a registry in C (atexit's callbacks) must gain in a run to be said where a search found nothing
+OPAQUE_MIN_ENTRIES = 10
 #: a root found searching back holds at least this share of what the run grew (a library's constants do not)
 FOUND_SHARE_OF_GROWTH = 0.1
 HELD_ELSEWHERE_BUDGET = Budget(time_s=0.2, max_findings=0)
@@ -132,6 +137,7 @@ class LeakFinder:
         self._final_series: HolderSeries = {}
         self.first_named_step: int | None = None  # when the live status line first named a holder
         self.on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
+        self.in_shared_memory: frozenset[str] = frozenset()  # ... mostly in shared-memory segments
         self._scans, self._spent_s = 0, 0.0  # kept once the tracker is let go
         self._end_storages: frozenset[tuple[object, ...]] = frozenset()  # what the end scan counted
         self._end_reused: frozenset[str] = frozenset()  # the names whose end figures a memo gave
@@ -142,6 +148,7 @@ class LeakFinder:
         self._growing_at: tuple[int, bool] = (-1, False)  # (scans, whether a holder grew in them)
         self._found_mid_run: dict[str, HeldElsewhere] = {}  # holders it found (their objects let go: `obj=None`)
         self._mid_run_covered: BackSearch | None = None  # what the last mid-run search that found some covered
+        self._registries_before: dict[str, int] = {}  # the sizes of the registries in C when the run began
 
     @property
     def inherits_scan(self) -> bool:
@@ -152,6 +159,7 @@ class LeakFinder:
         not see (a rank's training function's locals)."""
         assert self._roots is not None
         self._started_s = time.monotonic()
+        self._registries_before = opaque_registry_sizes()
         inherited = self._inherited
         roots = self._roots()
         if inherited is None:
@@ -252,12 +260,15 @@ class LeakFinder:
                 return []
             storages = by_size_class(live_storages(tracker.counted_storages), MID_RUN_STORAGES, MID_RUN_STORAGES_PER_SIZE)
             cpu_s = MID_RUN_SEARCH_S * 2 ** (self._searches - 1)
-            back = search_back(storages, {id(r.obj): (r.name, r.path) for r in roots}, cpu_s)
+            back = search_back(storages, named_roots(roots), cpu_s)
             del storages
-            names = {r.name for r in roots}
+            names, machinery = {r.name for r in roots}, boundary_types()
+            # a registry's object (a logging handler) is left to the search at the end: the scans read into the
+            # process' machinery only where a notebook name keeps it
             found = [Root(h.name, "user", h.obj_path, h.obj) for h in back.held
-                     if h.name not in names and _big_enough(h, back, grown_bytes)]
-            # only what a scan measures can be followed (a C object's cache, such as an lru_cache's, is not)
+                     if h.name not in names and _big_enough(h, back, grown_bytes)
+                     and not is_boundary(type(h.obj), machinery)]
+            # only what a scan measures can be followed (a C object's cache, such as a partial's, is not)
             measured = {s.name: s.retained_bytes for s in scan_roots(found, MID_RUN_MEASURE_BUDGET).roots if not s.truncated}
             held = {h.name: h for h in back.held}
             found = [r for r in found if 2 * measured.get(r.name, 0) >= held[r.name].tensor_bytes]
@@ -294,9 +305,8 @@ class LeakFinder:
             self._final_series = with_end_points(self._final_series, result.roots, last_step)
             latest = {s.name: s for s in (tracker.measured() if tracker is not None else [])}
             latest.update((s.name, s) for s in result.roots)
-            self.on_accelerator = frozenset(
-                name for name, s in latest.items() if s.tensor_bytes and 2 * s.accelerator_bytes > s.tensor_bytes
-            )
+            self.on_accelerator = frozenset(name for name, s in latest.items() if mostly(s.accelerator_bytes, s))
+            self.in_shared_memory = frozenset(name for name, s in latest.items() if mostly(s.shared_bytes, s))
             found = suspects_from_scan(result, self.sources, self._baseline)
             found.extend(self._growing_holders(result.roots, {s.name for s in found}))
             if self._keep_scanned and tracker is not None:
@@ -337,16 +347,21 @@ class LeakFinder:
             if found:
                 return HolderSearch(tuple(found), len(fresh.roots), 0, 0, fresh.truncated, fresh.elapsed_s)
             storages = live_storages(self._end_storages | fresh.storages)
-            named = {id(r.obj): (r.name, r.path) for r in roots}
-            back = search_back(storages, named, SEARCH_BACK_S)
+            back = search_back(storages, named_roots(roots), SEARCH_BACK_S)
             del storages
             big = [h for h in back.held if _big_enough(h, back, grown_bytes)]
             held = tuple(sorted((self._held_suspect(h) for h in big),
                                 key=lambda s: abs(math.log(max(s.retained_bytes, 1) / max(grown_bytes, 1.0)))))
             return HolderSearch(held, len(fresh.roots), back.storages_searched, back.storages_live, back.cut_short,
-                                fresh.elapsed_s + back.elapsed_s)
+                                fresh.elapsed_s + back.elapsed_s, self._opaque_grown())
         finally:
             del roots  # the user's objects: not kept by the traceback of an interrupt in the search
+
+    def _opaque_grown(self) -> tuple[tuple[str, int], ...]:
+        """The registries in C that gained at least OPAQUE_MIN_ENTRIES entries since the run began."""
+        before = self._registries_before
+        return tuple((name, size - before.get(name, size)) for name, size in opaque_registry_sizes().items()
+                     if size - before.get(name, size) >= OPAQUE_MIN_ENTRIES)
 
     def _as_found_elsewhere(self, suspect: Suspect) -> Suspect:
         """A holder the mid-run search found is named for what it is, with its way down and its fix (a
@@ -426,7 +441,7 @@ class LeakFinder:
     def evidence_fields(self) -> dict[str, Any]:
         """The run's evidence that the leak finder gathered (fields of RunEvidence), once it finished."""
         return {"holder_series": self.series(), "live_suspects_at_step": self.first_named_step,
-                "holders_on_accelerator": self.on_accelerator}
+                "holders_on_accelerator": self.on_accelerator, "holders_in_shared_memory": self.in_shared_memory}
 
     def series(self) -> HolderSeries:
         """Each holder's (step, retained bytes) points so far; once finished, with the end scan's points."""

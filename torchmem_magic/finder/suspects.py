@@ -122,6 +122,7 @@ def suspects_from_stats(
                 retained_bytes=stats.retained_bytes,
                 new_in_cell=new_in_cell,
                 fix=fix_for(stats, kind, sources),
+                retained_by_resource=stats.retained_by_resource(),
             )
         )
     return list(by_retained(suspects))
@@ -166,7 +167,7 @@ def growing_suspect(
     return Suspect(
         name=stats.name, path=place, kind="tensor-cache", tensors=stats.tensors, graph_nodes=stats.graph_nodes,
         retained_bytes=stats.retained_bytes, new_in_cell=before_bytes is None or stats.retained_bytes > before_bytes,
-        fix=fix,
+        fix=fix, retained_by_resource=stats.retained_by_resource(),
     )
 
 
@@ -183,8 +184,8 @@ def memcheck_result(expr: str, result: ScanResult, sources: list[str], namespace
             kind = classify(s) or ("autograd-graph" if s.graph_tensors else None)
             if kind:
                 suspects.append(
-                    Suspect(s.name, suspect_path(s, kind), kind, s.tensors,
-                            s.graph_nodes, s.retained_bytes, False, fix_for(s, kind, sources))
+                    Suspect(s.name, suspect_path(s, kind), kind, s.tensors, s.graph_nodes, s.retained_bytes, False,
+                            fix_for(s, kind, sources), retained_by_resource=s.retained_by_resource())
                 )
     advice = memcheck_advice(expr, stats, suspects, NODE_BYTES)
     if result.truncated:

@@ -14,7 +14,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..analysis.forensics import death_from_exits, explain_worker_death, parse_worker_death, shm_warning
-from ..analysis.holder_share import with_growth_shares
+from ..analysis.holder_share import HolderMemory, with_growth_shares
 from ..analysis.holders import fuse, without_ruled_out
 from ..analysis.holder_trends import with_trends, without_flat
 from ..core.model import (
@@ -216,6 +216,12 @@ def _shm_warning(shm: ShmSummary | None) -> list[str]:
     return [worded(warning)] if warning else []
 
 
+def holder_memory(evidence: RunEvidence) -> HolderMemory:
+    """Where each holder's tensors mostly live, where that is not the heap: the curve it is judged against."""
+    return {**{name: "shm" for name in evidence.holders_in_shared_memory},
+            **{name: "vram" for name in evidence.holders_on_accelerator}}
+
+
 def _phase_notes(evidence: RunEvidence, diagnosis: Diagnosis) -> list[Note]:
     """Where the leak grows, when most of it came in the passes of a phase a trainer marked (validation)."""
     if not evidence.phase_passes or diagnosis.resource is None:
@@ -242,13 +248,14 @@ def assemble_report(
     ram, vram, shm = summarised["ram"], summarised["vram"], summarised["shm"]
     found = () if evidence.holder_search is None else evidence.holder_search.found
     curves = _curves(evidence, vram, shm, max_rows, max_points)
-    suspects = with_growth_shares(with_trends((*evidence.suspects, *found), evidence.holder_series), curves,
-                                  evidence.holders_on_accelerator)
+    memory = holder_memory(evidence)
+    suspects = with_growth_shares(with_trends((*evidence.suspects, *found), evidence.holder_series), curves, memory)
     steps_per_s = 1.0 if evidence.clock == "time" else (evidence.steps / evidence.wall_s if evidence.wall_s > 0 else None)
     diagnosis = fuse(
         curves, suspects, evidence.clock, float(ram.limit_bytes - ram.end_bytes), steps_per_s,
-        tracked=bool(evidence.holder_series), on_accelerator=evidence.holders_on_accelerator,
+        tracked=bool(evidence.holder_series), memory=memory,
         device_headroom_bytes=None if vram is None else vram_headroom_bytes(vram), searched=evidence.holder_search,
+        shm_headroom_bytes=None if shm is None else float(shm.limit_bytes - shm.end_bytes),
     )
     death_advice = worker_death_advice(evidence, ram, shm) or _shm_warning(shm)
     summarised = _with_rates(summarised, diagnosis, timeline, evidence.clock)
@@ -266,7 +273,7 @@ def assemble_report(
         leak_kind=diagnosis.leak_kind,
         resource=diagnosis.resource,
         steps_to_exhaustion=diagnosis.steps_to_exhaustion,
-        suspects=without_flat(without_ruled_out(suspects, curves, evidence.holders_on_accelerator)),
+        suspects=without_flat(without_ruled_out(suspects, curves, memory)),
         advice=(*evidence.guard_advice, *death_advice, *advice_lines(diagnosis.advice[:1]),
                 *advice_lines(_phase_notes(evidence, diagnosis)), *advice_lines(diagnosis.advice[1:]),
                 *source_error_advice(evidence.source_errors)),

@@ -61,6 +61,7 @@ class RunEvidence:
     holder_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> (step, bytes) at scans
     live_suspects_at_step: int | None = None
     holders_on_accelerator: frozenset[str] = frozenset()  # holders whose tensors are mostly on a device
+    holders_in_shared_memory: frozenset[str] = frozenset()  # ... mostly in shared-memory segments
     ranks: tuple[RankSummary, ...] | None = None  # the processes of a multi-process run, each judged on its own
     guard_advice: tuple[str, ...] = ()  # what the memory guard did, first in the advice
     holder_search: HolderSearch | None = None  # where the memory was looked for when no holder grew

@@ -125,8 +125,10 @@ class LiveView:
         self._remote_live: dict[tuple[int, int | None], tuple[RankSummary, RankLive]] = {}
 
     def _finished(self, report: Report) -> None:
-        """The session's last word: the run is over and judged."""
+        """The session's last word: the run is over and judged. The live verdict is worked out again over the
+        whole run when next asked (it was at most a second old, and the last second's steps were not in it)."""
         self._report = report
+        self._live = None
 
     # ---------------------------------------------------------------- the run
     @property

@@ -12,6 +12,7 @@ read through torch's methods while tensor subclasses' `__torch_function__` is di
 from __future__ import annotations
 
 import functools
+import gc
 import sys
 import types
 from collections import OrderedDict, defaultdict, deque
@@ -20,6 +21,7 @@ from itertools import chain
 from typing import Any
 
 from .arrays import NUMPY_ARRAY, PANDAS_TABLES, array_items, library_class, table_items
+from ...render.advice.fixes import LRU_CACHE
 from .results import FunctionSlot
 
 # Categories: what the traversal does with an object of a type.
@@ -172,6 +174,10 @@ class TypeCategories:
             found = self._class_children[cls] = tuple(class_containers(cls))
         return found
 
+    def is_machinery(self, cls: type) -> bool:
+        """Whether instances of `cls` are the process' machinery (skipped, unless a root is one: see the scanner)."""
+        return is_boundary(cls, self._boundaries)
+
     def release(self) -> None:
         """Drop the class containers looked up (the scan keeps no reference once it ends)."""
         self._class_children.clear()
@@ -323,6 +329,8 @@ def children(obj: Any, category: str) -> Iterator[Child]:
                 yield value, ATTR, attr
         yield from _object_children(obj)
     elif category == OBJECT:
+        if type(obj) is _LRU_CACHE_WRAPPER:
+            yield from _lru_cache_children(obj)
         yield from _object_children(obj)
     elif category == ARRAY or category == TABLE:
         for item, text in (array_items(obj) if category == ARRAY else table_items(obj)):
@@ -330,6 +338,28 @@ def children(obj: Any, category: str) -> Iterator[Child]:
 
 
 _FUNCTION_TYPES = frozenset({types.FunctionType, types.MethodType, functools.partial, types.BuiltinFunctionType})
+
+
+_LRU_CACHE_WRAPPER = type(functools.lru_cache(maxsize=None)(len))
+_LRU_CACHE_TEXT = f" ({LRU_CACHE})"  # how a cache that has no attribute of its own is named in a path
+
+
+def _lru_cache_children(wrapper: Any) -> Iterator[Child]:
+    """The results a `functools.lru_cache` keeps, and the arguments they are keyed by: its cache lives in C, with no attribute to read, so it is
+    read as the collector reads it. A bounded cache's links hold key and result (in that order, followed by
+    the links' type, before the cache's dict); an unbounded one's dict maps key to result. The instance dict
+    (`__wrapped__`) comes last."""
+    refs = gc.get_referents(wrapper)
+    at = next((i for i, ref in enumerate(refs) if type(ref) is dict and "__wrapped__" not in ref), None)
+    if at is None:
+        return
+    links = [(refs[i - 2], refs[i - 1]) for i in range(2, at)
+             if isinstance(refs[i], type) and type_name(refs[i]) == "_lru_list_elem"]
+    for key, result in links or list(dict.items(refs[at])):
+        label = repr(key)[:40] if type(key) in (int, str, float, bool) else "…"
+        yield result, SUFFIX, f"{_LRU_CACHE_TEXT}[{label}]"
+        if type(key) not in ATOMIC_TYPES:  # the arguments it was called with, tensors among them
+            yield key, SUFFIX, f"{_LRU_CACHE_TEXT}[{label}] (its arguments)"
 
 
 def _object_children(obj: Any) -> Iterator[Child]:
@@ -427,6 +457,15 @@ def _function_locals(frame: Any) -> list[tuple[str, Any]]:
     if type(local_vars) is not dict or local_vars is _frame_globals(frame):
         return []
     return list(dict.items(local_vars))
+
+
+def in_shared_memory(t: Any) -> bool:
+    """Whether a CPU tensor's storage is a shared-memory segment (a batch a DataLoader worker sent, a
+    `share_memory_()`): its bytes are /dev/shm's, not the heap's."""
+    try:
+        return bool(t.untyped_storage().is_shared())
+    except Exception:  # sparse, nested or otherwise storage-less tensors
+        return False
 
 
 def tensor_storage(t: Any) -> tuple[StorageKey, int]:

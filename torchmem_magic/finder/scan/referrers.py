@@ -32,11 +32,13 @@ from typing import Any
 
 from ...core.package import PACKAGE_DIR
 from ...render.advice.fixes import LRU_CACHE
-from .introspect import StorageKey, tensor_storage
+from .introspect import StorageKey, boundary_types, is_boundary, tensor_storage
+from .results import Root
 
 MAX_LEVELS = 12  # referrer levels searched from a tensor
 MAX_FRONTIER = 4_000  # objects searched from at one level
 MAX_STORAGES = 256  # storages searched from (the largest)
+MAX_MEMBER_ITEMS = 64  # items of a public list read into, on a root the scans do not walk
 _OPAQUE_TYPES = (types.CodeType, types.ModuleType, types.FrameType)  # the interpreter's bookkeeping: no holder
 _DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)  # a C type's fields, `__slots__`
 
@@ -160,6 +162,47 @@ def _step(parent: Any, child_id: int) -> str:
     return f".{name}" if name is not None else f" -> {type(parent).__name__}"
 
 
+def _public_members(obj: Any) -> list[tuple[str, Any]]:
+    """An object's public attributes, and the items of those that are lists or tuples, each with its path's
+    tail (`.handlers[0]`): read from its instance dict, no property or `__getattr__` called."""
+    try:
+        own = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return []
+    members: list[tuple[str, Any]] = []
+    if not _is(own, dict):
+        return members
+    for attr, value in list(dict.items(own)):
+        if type(attr) is not str or attr.startswith("_"):
+            continue
+        members.append((f".{attr}", value))
+        if type(value) in (list, tuple):
+            members.extend((f".{attr}[{i}]", item) for i, item in enumerate(value[:MAX_MEMBER_ITEMS]))
+    return members
+
+
+def opaque_registry_sizes() -> dict[str, int]:
+    """The entries of the interpreter's registries no search can walk (they live in C, untracked by the
+    collector): `atexit`'s callbacks. Counted before and after a run: a search that found nothing says where
+    they grew."""
+    atexit = sys.modules.get("atexit")
+    count = getattr(atexit, "_ncallbacks", None)
+    return {"atexit": int(count())} if callable(count) else {}
+
+
+def named_roots(roots: Collection[Root]) -> dict[int, tuple[str, str]]:
+    """The roots' (name, path) by the id of their object, and by the ids of the public members of those the
+    scans do not walk (the process's machinery, such as a `logging.Logger`): a handler a search finds
+    through the logging registry is named by the user's own name for its logger, `log.handlers[0]`."""
+    named = {id(r.obj): (r.name, r.path) for r in roots}
+    boundaries = boundary_types()
+    for r in roots:
+        if is_boundary(type(r.obj), boundaries):
+            for tail, member in _public_members(r.obj):
+                named.setdefault(id(member), (r.name, r.path + tail))
+    return named
+
+
 def _registry(obj: Any) -> str | None:
     """The name of a known registry object met on the way: it says more than the root that keeps it."""
     logging = sys.modules.get("logging")
@@ -279,11 +322,14 @@ class _Search:
         """The holder when `parent` is a root or a registry, with the path from it down to a tensor."""
         registry = _registry(parent)
         if registry is not None:
-            named = self.roots.named.get(id(parent)) if registry.startswith(LRU_CACHE) else None
-            if named is not None:  # the user's own name for their cached function says more than its wrapper's
-                registry = f"{named[1]} ({LRU_CACHE})"
+            named = self.roots.named.get(id(parent))
+            if named is not None and registry.startswith(LRU_CACHE):
+                registry = f"{named[1]} ({LRU_CACHE})"  # the user's own name for their cached function
                 return HeldElsewhere(named[0], registry + self.path_down(parent, child_id), "registry", 0, 0, parent,
                                      registry)
+            if named is not None:  # a handler of a logger the notebook names: `log.handlers[0]`
+                return HeldElsewhere(named[0], named[1] + self.path_down(parent, child_id), "notebook", 0, 0, parent,
+                                     named[1])
             return HeldElsewhere(registry, registry + self.path_down(parent, child_id), "registry", 0, 0, parent, registry)
         described = self.roots.describe(parent, child_id)
         if described is None:

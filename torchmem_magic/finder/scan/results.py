@@ -92,6 +92,11 @@ class SlotStats:
     first_tensor_path: str | None = None
 
 
+def mostly(part_bytes: int, stats: "RootStats") -> bool:
+    """Whether more than half of what a root's tensors hold is `part_bytes` (on a device, in shared memory)."""
+    return bool(stats.tensor_bytes) and 2 * part_bytes > stats.tensor_bytes
+
+
 @dataclass
 class RootStats:
     """What one named root keeps alive (a suspect candidate)."""
@@ -104,6 +109,7 @@ class RootStats:
     tensors: int = 0
     tensor_bytes: int = 0  # storages first counted here (deduplicated across all roots)
     accelerator_bytes: int = 0  # of those, the bytes on an accelerator (a CUDA, MPS, XPU device)
+    shared_bytes: int = 0  # of those, the bytes in shared-memory segments (batches from DataLoader workers)
     scalar_tensors: int = 0
     graph_tensors: int = 0  # tensors with a grad_fn
     graph_nodes: int = 0
@@ -127,6 +133,14 @@ class RootStats:
     def retained_bytes(self) -> int:
         """What deleting this root would free: its tensors, what only its graphs save, the nodes."""
         return self.tensor_bytes + self.saved_bytes + self.graph_nodes * NODE_BYTES
+
+    def retained_by_resource(self) -> dict[str, int]:
+        """`retained_bytes` by the memory it lives in ("heap", "shm", "vram"; none that holds nothing): what
+        its graphs save goes with the tensors' device, their nodes are the heap's."""
+        on_device = mostly(self.accelerator_bytes, self)
+        vram = self.accelerator_bytes + (self.saved_bytes if on_device else 0)
+        split = {"heap": self.retained_bytes - vram - self.shared_bytes, "shm": self.shared_bytes, "vram": vram}
+        return {resource: nbytes for resource, nbytes in split.items() if nbytes > 0}
 
 
 @dataclass

@@ -38,6 +38,7 @@ from .introspect import (
     children,
     class_containers,
     flat_records_in_bulk,
+    in_shared_memory,
     is_user_class,
     plain_data_containers,
     tensor_storage,
@@ -66,6 +67,9 @@ def _resettable(obj: Any) -> bool:
     except Exception:
         return False
 
+
+#: how deep into the process' machinery a root that is part of it is read (its handlers' own fields)
+MACHINERY_DEPTH = 2
 
 def scan_roots(
     roots: list[Root], budget: Budget | None = None, seen: Iterable[int] = (), plain_lists: PlainListMemo | None = None
@@ -99,6 +103,7 @@ class Scanner:
         self.truncated = False
         self.notes: list[str] = []
         self._deadline = Deadline(0.0)
+        self._machinery_depth = -1  # while a root that is the process' machinery is traversed: how deep into it
         self._walker: GraphWalker | None = None
 
     def mark_seen(self, ids: Iterable[int]) -> None:
@@ -178,6 +183,9 @@ class Scanner:
         # C-level getters; only tensors use them, and there are none without torch
         tensor_grad: Any = torch._C.TensorBase.grad.__get__ if torch is not None else None
         tensor_is_leaf: Any = torch._C.TensorBase.is_leaf.__get__ if torch is not None else None
+        # a root that is the process' machinery (a `logging.Logger` in a notebook name) is read two levels
+        # into it, its own machinery included (`log.handlers[0].buffer`); reached from anything else, skipped
+        machinery_depth = self._machinery_depth = MACHINERY_DEPTH if self._categories.is_machinery(type(root.obj)) else -1
         while stack:
             obj, path, depth = stack.pop()
             oid = id(obj)
@@ -186,6 +194,8 @@ class Scanner:
             category = categories.get(type(obj)) or category_of(type(obj))
             if category is SKIP and depth == 0 and is_user_class(obj, self._categories):
                 category = CLASS  # a class the user named: what it keeps for its instances
+            elif category is SKIP and depth <= machinery_depth and self._categories.is_machinery(type(obj)):
+                category = OBJECT
             elif category is ATOMIC or category is SKIP:
                 continue
             visited.add(oid)
@@ -244,7 +254,9 @@ class Scanner:
                 break
             child_type = type(child)
             child_category = categories.get(child_type) or category_of(child_type)
-            if child_category is ATOMIC or child_category is SKIP:
+            if child_category is ATOMIC or child_category is SKIP and not (
+                depth <= self._machinery_depth and self._categories.is_machinery(child_type)
+            ):
                 continue
             if child_category is SEQUENCE or child_category is MAPPING:
                 plain = plain_data_containers(child, child_type)
@@ -330,6 +342,8 @@ class Scanner:
             root.tensor_bytes += nbytes
             if t.device.type != "cpu":
                 root.accelerator_bytes += nbytes
+            elif nbytes and in_shared_memory(t):
+                root.shared_bytes += nbytes
         if root.first_tensor_path is None:
             root.first_tensor_path = path
         if scalar:

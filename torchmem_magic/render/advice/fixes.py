@@ -205,6 +205,8 @@ def _carried_tensor_fix(kind: str, held: SlotHeld, body: list[str]) -> str:
 
 def grown_place_fix(place: str, scalars: bool, sources: list[str]) -> str:
     """The fix for a place that grew with the steps though no rule names its holder."""
+    if f"({LRU_CACHE})" in place:
+        return _cache_fix(place.split(" ", 1)[0])
     fallback = (
         f"{place} grows with the steps: keep only what you need (a bounded window, summaries instead of "
         "whole tensors), or clear it when done"
@@ -215,6 +217,11 @@ def grown_place_fix(place: str, scalars: bool, sources: list[str]) -> str:
 LRU_CACHE = "functools.lru_cache"  # how a cached function's cache is called where a search finds it (it lives in C)
 
 
+def _cache_fix(function: str) -> str:
+    return (f"{function} caches every result by its arguments, for good: call {function}.cache_clear(), give "
+            "it a maxsize, or cache on plain keys rather than tensors")
+
+
 def fix_elsewhere(name: str, container: str, kind: str) -> str:
     """The fix for a holder found searching back from its tensors (`kind`: the root it was found at;
     `container`: what keeps them there)."""
@@ -222,9 +229,7 @@ def fix_elsewhere(name: str, container: str, kind: str) -> str:
         return (f"{name} keeps every record it handles, and a record keeps its arguments (tensors with them): "
                 "log numbers (`loss.item()`), or flush and remove the handler")
     if name.startswith(LRU_CACHE) or f"({LRU_CACHE})" in container:
-        function = name.rsplit(" ", 1)[-1]  # the cached function's own name, or the wrapper's qualified one
-        return (f"{function} caches every result by its arguments, for good: call {function}.cache_clear(), give "
-                "it a maxsize, or cache on plain keys rather than tensors")
+        return _cache_fix(name.rsplit(" ", 1)[-1])  # the cached function's own name, or the wrapper's qualified one
     if name == "weakref.finalize registry":
         return ("a weakref.finalize keeps its callback's arguments until its object is collected: pass the "
                 "callback what it needs, not tensors")

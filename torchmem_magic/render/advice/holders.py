@@ -18,9 +18,17 @@ def _searched(rescanned: int, storages_searched: int, storages_live: int, cut_sh
     return searched + (" (cut short: a limit was reached)" if cut_short else "")
 
 
-def _search_found_nothing(searched: dict[str, Any]) -> str:
-    return (f"no holder grows in the scans, and none was found ({_searched(**searched)}): the memory is held "
+def _search_found_nothing(searched: dict[str, Any], opaque: tuple[tuple[str, int], ...] = ()) -> str:
+    said = (f"no holder grows in the scans, and none was found ({_searched(**searched)}): the memory is held "
             "where Python cannot see it (a C extension's buffers) or kept by the allocator")
+    for registry, added in opaque:
+        said += (f"; {registry} gained {added:,} entries during the run, and what they were registered with stays "
+                 f"alive where no search can follow ({registry} keeps it in C): {OPAQUE_FIXES.get(registry, '')}")
+    return said
+
+
+#: what to do about a registry that lives in C and grew with the run
+OPAQUE_FIXES = {"atexit": "register once, or atexit.unregister(fn) what is no longer needed"}
 
 
 def _search_found(name: str, retained_bytes: int, growth_per_step: float | None, path: str,
