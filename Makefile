@@ -22,9 +22,11 @@
 #               mounts the small filesystems some faults need) and rewrite its table in docs/faults.md; not part of
 #               `make test` or `make bench`: too long
 #   make screenshots  set up, then retake the README's screenshots (docs/images/) in JupyterLab in headless Chromium
-#   make stress-holders  set up, then run the framework loops' holder tests (tests/kernel/test_framework_loops.py)
-#               3 times and fail on any test whose outcome flips between the runs (or that fails in all of them);
-#               not part of `make test`
+#   make stress-holders  set up, then run every holder test of the framework and kernel tiers (HOLDER_TESTS)
+#               3 times beside 2 CPU burners and fail on any test whose outcome flips between the runs (or that
+#               fails in all of them); not part of `make test`
+#   make catalogue  set up, then run the holder catalogue's kernel test 3 times and write its table, with each
+#               loop's passes, into docs/leak-finder.md; not part of `make test`
 #   make stress  slow (about two hours here): stress-timing, then stress-full; fails on any failure
 #               (tools/stress); not part of `make test`
 #   make stress-timing  slow (about an hour here): beside a CPU burner, run the timing-sensitive tests (STRESS_TESTS)
@@ -69,7 +71,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: check setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders stress stress-timing stress-full device-check clean
+.PHONY: check setup floors ipykernel70 core browser-deps lab demo notebooks test docs screenshots bench bench-check faults stress-holders catalogue stress stress-timing stress-full device-check clean
 
 setup: $(STAMP)
 
@@ -173,8 +175,16 @@ bench-check: setup
 faults: setup
 	$(BIN)/python bench/faults.py
 
+# every holder test of the framework and kernel tiers (make stress-holders)
+HOLDER_TESTS ?= tests/kernel/test_framework_loops.py tests/kernel/test_holder_catalogue.py \
+	tests/kernel/test_holders_found_elsewhere.py tests/kernel/test_holders_where_frameworks_keep_them.py \
+	tests/kernel/test_leak_finder.py tests/kernel/test_holder_cycles.py tests/torch/test_holders.py
+
 stress-holders: setup
-	PYTHON=$(BIN)/python tools/no_flips 3 tests/kernel/test_framework_loops.py
+	PYTHON=$(BIN)/python STRESS_TESTS="$(HOLDER_TESTS)" tools/stress 2 3 0
+
+catalogue: setup
+	$(BIN)/python tools/catalogue_table.py 3
 
 # the tests a busy machine could move: the browser, kernel timing, DataLoader workers and their deaths, the guard,
 # live ranks, holder scans, scan budgets, the terminal status, the sampler's listener rate

@@ -247,6 +247,67 @@ CLEAN: dict[str, Loop] = {
         _MODEL + _LOOP + "    x = view_of(step)\n",
         "clean",
     ),
+    "optimizer_rebuilt_each_epoch": Loop(
+        "optimizer state rebuilt, old one dropped",
+        "",
+        _MODEL + f"for step in range({STEPS}):\n"
+        "    if step % 50 == 0:  # a fresh Adam each epoch: the old one and its state are dropped\n"
+        "        opt = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+        "    train_step(model, opt, torch.randn(32, 64))\n",
+        "clean",
+    ),
+    "exceptions_kept_as_messages": Loop(
+        "exceptions kept without their frames",
+        "def forward_or_fail(model, x, step):\n"
+        "    hidden = model[:2](x).detach()\n"
+        "    raise RuntimeError(f'out of memory at step {step}')\n",
+        _MODEL + "errors = []\n" + _LOOP
+        + "    try:\n"
+        "        forward_or_fail(model, torch.randn(128, 64), step)\n"
+        "    except RuntimeError as exc:\n"
+        "        errors.append(str(exc))  # the message only: no traceback, no frames\n",
+        "clean",
+    ),
+    "loss_floats_in_a_dataframe": Loop(
+        "a growing table of numbers",
+        "import pandas as pd\n",
+        _MODEL + "rows = []\n" + _LOOP
+        + "    rows.append({'step': step, 'loss': float(model(torch.randn(8, 64)).mean())})\n"
+        "table = pd.DataFrame(rows)\n",
+        "clean",
+    ),
+    "embeddings_averaged_into_a_buffer": Loop(
+        "a running statistic kept in place",
+        "",
+        _MODEL + "mean_features = torch.zeros(128, 512)\n" + _LOOP + _FEATURES
+        + "    mean_features.mul_(0.99).add_(features, alpha=0.01)  # in place: one buffer\n",
+        "clean",
+    ),
+    "dataloader_batches_used_then_dropped": Loop(
+        "batches from DataLoader workers, not kept",
+        "data = torch.utils.data.TensorDataset(torch.randn(4800, 2048))\n",
+        _MODEL + "loader = DataLoader(data, batch_size=32, num_workers=2)\n"
+        "for (batch,) in loader:\n"
+        "    train_step(model, opt, batch[:, :64])\n",
+        "clean",
+    ),
+    "weakref_cache_of_features": Loop(
+        "a cache of weak references",
+        "import weakref\n",
+        _MODEL + "cache = weakref.WeakValueDictionary()\n" + _LOOP + _FEATURES
+        + "    cache[step] = features  # gone once the next step drops it\n",
+        "clean",
+    ),
+    "checkpoint_state_dict_replaced": Loop(
+        "the best checkpoint, replaced",
+        "import copy\n",
+        _MODEL + "best_state, best_loss = None, float('inf')\n"
+        f"for step in range({STEPS}):\n"
+        "    loss = train_step(model, opt, torch.randn(32, 64)).item()\n"
+        "    if loss < best_loss:  # a copy of the best weights so far: one at a time\n"
+        "        best_state, best_loss = copy.deepcopy(model.state_dict()), loss\n",
+        "clean",
+    ),
 }
 
 CATALOGUE: dict[str, Loop] = {**LEAKS, **CLEAN}

@@ -49,6 +49,8 @@ def test_a_holder_that_grows_once_an_epoch_is_measured_by_its_net_growth_not_a_s
     (held,) = report.suspects
     assert held.growth_share == pytest.approx(1.0, abs=0.02), (held.growth_share, held.growth_per_step)
     assert top_holder(report.suspects, or_largest=True) is held
+    # the rate said beside the curve's is the same net growth: the two agree, and say where the leak goes
+    assert any("and val_outputs grows +1.0 MiB/step: that is where it goes" in line for line in report.advice), report.advice
 
 
 def test_holders_that_grow_with_too_small_a_share_are_partial_candidates_not_the_holder() -> None:

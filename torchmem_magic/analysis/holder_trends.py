@@ -21,6 +21,7 @@ from ..core.slopes import theil_sen
 MIN_POINTS = 4  # scans needed before a holder's trend is judged
 MIN_GROWTH_BYTES = 256 << 10  # growth below this over the run is not called a leak
 STILL_GROWING = 0.3  # the late half's slope must be at least this share of the whole slope
+NET_OVER_SLOPE = 0.5  # a slope below this share of the net growth per step is a slope of flats between jumps
 MOSTLY_UP = 0.6  # share of scan-to-scan changes that must be increases
 BOUNDED_MENTION_BYTES = 1 << 20  # a bounded holder this big is still worth a line
 #: a holder's size is exact, and an accumulating one never gives memory back: between the run's scans,
@@ -49,7 +50,7 @@ class HolderTrend:
     """How one holder's size moved over the run's scans."""
 
     name: str
-    growth_per_step: float | None  # Theil–Sen slope, bytes per step; None with too few scans
+    growth_per_step: float | None  # Theil–Sen slope (the net growth per step where far above it); None: too few scans
     growing: bool  # grows with the steps and still did at the end
     bounded: bool  # enough scans, and it does not grow (a warm-up that stopped counts as bounded)
     last_bytes: int
@@ -181,6 +182,11 @@ def holder_trend(name: str, series: Sequence[tuple[int, int]]) -> HolderTrend:
         return HolderTrend(name, None, False, False, last)
     sizes = [float(b) for _, b in points]
     slope, _ = theil_sen(steps, sizes)
+    net_rate = (sizes[-1] - sizes[0]) / (steps[-1] - steps[0])
+    if slope < NET_OVER_SLOPE * net_rate:
+        # most scans on a flat (dense early scans of a holder kept once an epoch): their slope says nothing of
+        # the jumps between them, the net growth does
+        slope = net_rate
     growth = slope * (steps[-1] - steps[0])
     late = len(points) // 2
     late_slope, _ = theil_sen(steps[late:], sizes[late:]) if len(points) - late >= 2 else (slope, 0.0)

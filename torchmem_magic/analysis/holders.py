@@ -17,7 +17,7 @@ from typing import Any
 from ..core.model import Suspect
 from ..core.resources import HEAP, SHM, VRAM
 from .findings import Diagnosis, Note, note
-from .holder_share import HolderMemory, curves_rate
+from .holder_share import HolderMemory, curves_rate, net_growth_per_step
 from .holder_trends import (
     BOUNDED_MENTION_BYTES,
     LOOP_KINDS,
@@ -115,11 +115,13 @@ def _bounded_lines(trends: dict[str, HolderTrend], aliased: Sequence[str], clock
     ] + [note("cycling holder", name=name) for name in aliased]
 
 
-def _where_the_leak_goes(diagnosis: Diagnosis, top: HolderTrend, share: float | None, advice: list[Note],
+def _where_the_leak_goes(diagnosis: Diagnosis, top: HolderTrend, holder: Suspect, advice: list[Note],
                          clock: str) -> Diagnosis:
     """The curves' leak and the top holder's growth, said together: where it goes when the rates agree (a
-    holder's exact jumps make a blurred slope sporadic), the holder's share when they do not."""
-    rate = top.growth_per_step or 0.0
+    holder's exact jumps make a blurred slope sporadic), the holder's share when they do not. The holder's
+    rate is its net growth over its scans, the one its share is measured with (a slope swings with where the
+    scans fell between the steps of a holder that grows once an epoch)."""
+    rate, share = net_growth_per_step(holder), holder.growth_share
     curve_rate = diagnosis.per_step_bytes or 0.0
     agree = curve_rate > 0 and 0.5 <= rate / curve_rate <= 2.0
     advice.insert(1, note("where it goes" if agree else "holder's share", resource=diagnosis.resource,
@@ -211,7 +213,7 @@ def fuse(
     bounded = _bounded_lines(trends, aliased, clock)
     if top is not None:
         if diagnosis.verdict == "leak":
-            fused = _where_the_leak_goes(diagnosis, top, by_name[top.name].growth_share, advice, clock)
+            fused = _where_the_leak_goes(diagnosis, top, by_name[top.name], advice, clock)
         else:
             room = _Headroom(headroom_bytes, device_headroom_bytes, shm_headroom_bytes, steps_per_s, memory)
             fused = _leak_from_holder(diagnosis, top, advice, clock, room)
