@@ -4,10 +4,10 @@ A holder is the answer to "what keeps the memory" only when it explains a stated
 it lives in grew by (`holder_trends.MIN_HOLDER_SHARE`): a 4-byte module constant found beside a 300 MiB
 leak is no answer, however it was found. The share is the holder's net growth per step between its first
 and last scan over the curves' growth per step of the memory its tensors live in: the heap in use (or the
-kernel's RSS where the heap is not read) plus accelerator memory; the device alone for a holder whose tensors
-are on one, /dev/shm alone for one whose storages are shared-memory segments (batches from DataLoader workers). A holder with a
-single size (found by the search at the end) has no rate: what it holds over what the run grew is the most
-it can explain, and that is its share.
+kernel's RSS where the heap is not read) plus accelerator memory; the device alone for a holder whose
+tensors are on one, /dev/shm alone for one whose storages are shared-memory segments (batches from
+DataLoader workers). A holder with a single size (found by the search at the end) has no rate: what it
+holds over what the run grew is the most it can explain, and that is its share.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ read through torch's methods while tensor subclasses' `__torch_function__` is di
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import sys
@@ -301,10 +302,8 @@ def children(obj: Any, category: str) -> Iterator[Child]:
         yield owner, ATTR, "__self__"
         yield _method_func(obj), ATTR, "__func__"
     elif category == CELL:
-        try:
+        with contextlib.suppress(ValueError):  # an empty cell
             yield _cell_contents(obj), ATTR, "cell_contents"
-        except ValueError:
-            pass
     elif category == FRAME:
         for name, value in _function_locals(obj):
             yield value, SUFFIX, f".f_locals[{name!r}]"
@@ -329,8 +328,6 @@ def children(obj: Any, category: str) -> Iterator[Child]:
                 yield value, ATTR, attr
         yield from _object_children(obj)
     elif category == OBJECT:
-        if type(obj) is _LRU_CACHE_WRAPPER:
-            yield from _lru_cache_children(obj)
         yield from _object_children(obj)
     elif category == ARRAY or category == TABLE:
         for item, text in (array_items(obj) if category == ARRAY else table_items(obj)):
@@ -345,10 +342,10 @@ _LRU_CACHE_TEXT = f" ({LRU_CACHE})"  # how a cache that has no attribute of its 
 
 
 def _lru_cache_children(wrapper: Any) -> Iterator[Child]:
-    """The results a `functools.lru_cache` keeps, and the arguments they are keyed by: its cache lives in C, with no attribute to read, so it is
-    read as the collector reads it. A bounded cache's links hold key and result (in that order, followed by
-    the links' type, before the cache's dict); an unbounded one's dict maps key to result. The instance dict
-    (`__wrapped__`) comes last."""
+    """The results a `functools.lru_cache` keeps, and the arguments they are keyed by: its cache lives in C,
+    with no attribute to read, so it is read as the collector reads it. A bounded cache's links hold key and
+    result (in that order, followed by the links' type, before the cache's dict); an unbounded one's dict maps
+    key to result. The instance dict (`__wrapped__`) comes last."""
     refs = gc.get_referents(wrapper)
     at = next((i for i, ref in enumerate(refs) if type(ref) is dict and "__wrapped__" not in ref), None)
     if at is None:
@@ -363,8 +360,11 @@ def _lru_cache_children(wrapper: Any) -> Iterator[Child]:
 
 
 def _object_children(obj: Any) -> Iterator[Child]:
-    """An instance's attributes: its instance dict through the C getter, then its set slots."""
+    """An instance's attributes: its instance dict through the C getter, then its set slots (a cached
+    function's results first: they are what it keeps)."""
     cls = type(obj)
+    if cls is _LRU_CACHE_WRAPPER:
+        yield from _lru_cache_children(obj)
     descriptor = lookup_in_type(cls, "__dict__")
     if type(descriptor) is types.GetSetDescriptorType:  # the C instance-dict getter, nothing else
         instance_dict = descriptor.__get__(obj)

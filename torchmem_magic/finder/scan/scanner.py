@@ -71,6 +71,7 @@ def _resettable(obj: Any) -> bool:
 #: how deep into the process' machinery a root that is part of it is read (its handlers' own fields)
 MACHINERY_DEPTH = 2
 
+
 def scan_roots(
     roots: list[Root], budget: Budget | None = None, seen: Iterable[int] = (), plain_lists: PlainListMemo | None = None
 ) -> ScanResult:
