@@ -44,3 +44,5 @@ if __name__ == "__main__":
     if trainer.is_world_process_zero():
         with open(sys.argv[1], "w") as file:
             json.dump(callback.report.to_dict(), file)
+    if torch.distributed.is_initialized():  # gloo's threads left to the interpreter's exit can abort a rank
+        torch.distributed.destroy_process_group()
