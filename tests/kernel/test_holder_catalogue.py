@@ -1,7 +1,8 @@
 """The holder catalogue (examples/holder_catalogue.py) in a real kernel, each loop in a fresh one: a leak is
 called a leak and its holder named with its path, and deleting or clearing what it names gives back most of
-what the run grew (the heap in use, measured), and `%memcheck` of the holder says about what that frees; a
-lookalike is clean. `tools/catalogue-table` runs it three times into the table of docs/leak-finder.md."""
+the leak the report states (the heap in use and /dev/shm, measured), and `%memcheck` of the holder says about
+what that frees; a lookalike is clean. `make catalogue` (tools/catalogue_table.py) runs it three times into
+the table of docs/leak-finder.md."""
 
 from __future__ import annotations
 
