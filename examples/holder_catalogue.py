@@ -40,6 +40,19 @@ class Loop:
 _MODEL = "model = mlp(); opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
 _LOOP = f"for step in range({STEPS}):\n    train_step(model, opt, torch.randn(32, 64))\n"
 _FEATURES = "    features = model[:2](torch.randn(128, 64)).detach()\n"
+#: a forward that fails as a too-large batch would, with a 256 KiB local in its frame; and the loop's catch
+_FAILING_FORWARD = (
+    "def forward_or_fail(model, x, step):\n"
+    "    hidden = model[:2](x).detach()\n"
+    "    raise RuntimeError(f'out of memory at step {step}')\n"
+)
+_CATCH = (
+    "    try:\n"
+    "        forward_or_fail(model, torch.randn(128, 64), step)\n"
+    "    except RuntimeError as exc:\n"
+)
+#: a dataset the DataLoader workers send as 150 batches of 256 KiB
+_WORKER_DATA = "data = torch.utils.data.TensorDataset(torch.randn(4800, 2048))\n"
 
 LEAKS: dict[str, Loop] = {
     "task_heads_in_module_and_optimizer": Loop(
@@ -127,14 +140,9 @@ LEAKS: dict[str, Loop] = {
     ),
     "oom_errors_kept_with_tracebacks": Loop(
         "frames kept by exceptions",
-        "def forward_or_fail(model, x, step):\n"
-        "    hidden = model[:2](x).detach()\n"
-        "    raise RuntimeError(f'out of memory at step {step}')  # as a too-large batch would\n",
-        _MODEL + "errors = []\n" + _LOOP
-        + "    try:\n"
-        "        forward_or_fail(model, torch.randn(128, 64), step)\n"
-        "    except RuntimeError as exc:\n"
-        "        errors.append(exc)  # kept for the summary: the traceback keeps each frame's locals\n",
+        _FAILING_FORWARD,
+        _MODEL + "errors = []\n" + _LOOP + _CATCH
+        + "        errors.append(exc)  # kept for the summary: the traceback keeps each frame's locals\n",
         "leak", "errors", "errors", "errors.clear()",
     ),
     "prototypes_by_label": Loop(
@@ -165,7 +173,7 @@ LEAKS: dict[str, Loop] = {
     ),
     "worker_batches_kept": Loop(
         "tensors from DataLoader workers",
-        "data = torch.utils.data.TensorDataset(torch.randn(4800, 2048))\n",
+        _WORKER_DATA,
         _MODEL + "loader = DataLoader(data, batch_size=32, num_workers=2)\nseen = []\n"
         "for (batch,) in loader:\n"
         "    train_step(model, opt, batch[:, :64])\n"
@@ -258,14 +266,9 @@ CLEAN: dict[str, Loop] = {
     ),
     "exceptions_kept_as_messages": Loop(
         "exceptions kept without their frames",
-        "def forward_or_fail(model, x, step):\n"
-        "    hidden = model[:2](x).detach()\n"
-        "    raise RuntimeError(f'out of memory at step {step}')\n",
-        _MODEL + "errors = []\n" + _LOOP
-        + "    try:\n"
-        "        forward_or_fail(model, torch.randn(128, 64), step)\n"
-        "    except RuntimeError as exc:\n"
-        "        errors.append(str(exc))  # the message only: no traceback, no frames\n",
+        _FAILING_FORWARD,
+        _MODEL + "errors = []\n" + _LOOP + _CATCH
+        + "        errors.append(str(exc))  # the message only: no traceback, no frames\n",
         "clean",
     ),
     "loss_floats_in_a_dataframe": Loop(
@@ -285,7 +288,7 @@ CLEAN: dict[str, Loop] = {
     ),
     "dataloader_batches_used_then_dropped": Loop(
         "batches from DataLoader workers, not kept",
-        "data = torch.utils.data.TensorDataset(torch.randn(4800, 2048))\n",
+        _WORKER_DATA,
         _MODEL + "loader = DataLoader(data, batch_size=32, num_workers=2)\n"
         "for (batch,) in loader:\n"
         "    train_step(model, opt, batch[:, :64])\n",
